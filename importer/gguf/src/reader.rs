@@ -1,0 +1,497 @@
+//! Parsing and validation of the GGUF container.
+//!
+//! Layout (little-endian): magic `GGUF`, u32 version, u64 tensor count, u64 metadata count, the
+//! key/value pairs, the tensor infos, padding to `general.alignment` (default 32), then the data section.
+//! Every tensor offset is relative to the start of the data section and must be aligned.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use crate::error::{GgufError, Result};
+use crate::types::{GgmlType, TensorInfo, Value, ValueType};
+
+/// Arrays inside arrays deeper than this are refused (the format allows nesting; real files use one level).
+pub const MAX_ARRAY_NESTING: usize = 8;
+/// ggml's `GGML_MAX_DIMS`.
+const MAX_DIMS: u32 = 4;
+/// Default `general.alignment`.
+const DEFAULT_ALIGNMENT: u64 = 32;
+
+enum Backing {
+    Mmap(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Backing::Mmap(m) => m,
+            Backing::Owned(v) => v,
+        }
+    }
+}
+
+/// A parsed and validated GGUF file. Tensor data is borrowed from the memory map, never copied.
+pub struct GgufFile {
+    backing: Backing,
+    version: u32,
+    metadata: BTreeMap<String, Value>,
+    /// keys in file order (the writer's order is kept for `info` output)
+    key_order: Vec<String>,
+    tensors: Vec<TensorInfo>,
+    by_name: HashMap<String, usize>,
+    alignment: u64,
+    data_offset: u64,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("metadata", &self.metadata.len())
+            .field("tensors", &self.tensors.len())
+            .field("alignment", &self.alignment)
+            .field("data_offset", &self.data_offset)
+            .finish()
+    }
+}
+
+/// A bounds-checked little-endian cursor over the file bytes.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn remaining(&self) -> u64 {
+        (self.buf.len() - self.pos) as u64
+    }
+
+    fn take(&mut self, n: u64, what: &str) -> Result<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(GgufError::Truncated {
+                what: what.to_string(),
+                offset: self.pos as u64,
+                needed: n,
+                len: self.buf.len() as u64,
+            });
+        }
+        let n = n as usize;
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N]> {
+        let s = self.take(N as u64, what)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+
+    fn u32(&mut self, what: &str) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+
+    fn u64(&mut self, what: &str) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    fn string(&mut self, what: &str) -> Result<String> {
+        let at = self.pos as u64;
+        let len = self.u64(what)?;
+        if len > self.remaining() {
+            return Err(GgufError::CountTooLarge {
+                what: format!("string length of {what}"),
+                count: len,
+                offset: at,
+                remaining: self.remaining(),
+            });
+        }
+        let bytes = self.take(len, what)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| GgufError::BadUtf8 {
+            what: what.to_string(),
+            offset: at,
+        })
+    }
+
+    /// Checks that `count` items of at least `min_size` bytes each can fit in what is left.
+    fn check_count(&self, count: u64, min_size: u64, what: &str, at: u64) -> Result<()> {
+        let fits = count
+            .checked_mul(min_size)
+            .is_some_and(|n| n <= self.remaining());
+        if fits {
+            Ok(())
+        } else {
+            Err(GgufError::CountTooLarge {
+                what: what.to_string(),
+                count,
+                offset: at,
+                remaining: self.remaining(),
+            })
+        }
+    }
+
+    fn value(&mut self, ty: ValueType, key: &str, depth: usize) -> Result<Value> {
+        let what = format!("value of {key:?}");
+        Ok(match ty {
+            ValueType::U8 => Value::U8(self.array::<1>(&what)?[0]),
+            ValueType::I8 => Value::I8(self.array::<1>(&what)?[0] as i8),
+            ValueType::U16 => Value::U16(u16::from_le_bytes(self.array(&what)?)),
+            ValueType::I16 => Value::I16(i16::from_le_bytes(self.array(&what)?)),
+            ValueType::U32 => Value::U32(self.u32(&what)?),
+            ValueType::I32 => Value::I32(i32::from_le_bytes(self.array(&what)?)),
+            ValueType::F32 => Value::F32(f32::from_le_bytes(self.array(&what)?)),
+            ValueType::U64 => Value::U64(self.u64(&what)?),
+            ValueType::I64 => Value::I64(i64::from_le_bytes(self.array(&what)?)),
+            ValueType::F64 => Value::F64(f64::from_le_bytes(self.array(&what)?)),
+            ValueType::Bool => {
+                let at = self.pos as u64;
+                match self.array::<1>(&what)?[0] {
+                    0 => Value::Bool(false),
+                    1 => Value::Bool(true),
+                    b => {
+                        return Err(GgufError::BadKey {
+                            key: key.to_string(),
+                            reason: format!("bool byte {b} at offset {at} is neither 0 nor 1"),
+                        });
+                    }
+                }
+            }
+            ValueType::String => Value::String(self.string(&what)?),
+            ValueType::Array => {
+                let at = self.pos as u64;
+                if depth >= MAX_ARRAY_NESTING {
+                    return Err(GgufError::NestingTooDeep {
+                        key: key.to_string(),
+                        max: MAX_ARRAY_NESTING,
+                        offset: at,
+                    });
+                }
+                let type_id = self.u32(&what)?;
+                let elem = ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
+                    key: key.to_string(),
+                    type_id,
+                    offset: at,
+                })?;
+                let count_at = self.pos as u64;
+                let count = self.u64(&what)?;
+                self.check_count(count, elem.min_size(), &format!("array length of {key:?}"), count_at)?;
+                let mut items = Vec::with_capacity(count as usize);
+                for _ in 0..count {
+                    items.push(self.value(elem, key, depth + 1)?);
+                }
+                Value::Array(elem, items)
+            }
+        })
+    }
+}
+
+impl GgufFile {
+    /// Opens and validates a GGUF file through a read-only memory map.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let io = |source| GgufError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: the map is read-only and private to this process; Cinder never writes model files while
+        // they are loaded. A file truncated underneath a live map is the one hazard mmap cannot guard.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Self::from_backing(Backing::Mmap(map))
+    }
+
+    /// Parses and validates GGUF bytes held in memory (tests, fuzzing, network sources).
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self> {
+        Self::from_backing(Backing::Owned(bytes))
+    }
+
+    fn from_backing(backing: Backing) -> Result<Self> {
+        let buf = backing.bytes();
+        let len = buf.len() as u64;
+        let mut c = Cursor { buf, pos: 0 };
+        let magic: [u8; 4] = c.array("magic")?;
+        if &magic != b"GGUF" {
+            return Err(GgufError::BadMagic { found: magic });
+        }
+        let version = c.u32("version")?;
+        if version != 2 && version != 3 {
+            return Err(GgufError::UnsupportedVersion(version));
+        }
+        let n_tensors_at = c.pos as u64;
+        let n_tensors = c.u64("tensor count")?;
+        let n_kv_at = c.pos as u64;
+        let n_kv = c.u64("metadata count")?;
+        // key (>= 8 bytes) + type (4) + smallest value (1); tensor info >= 8 + 4 + 4 + 8.
+        c.check_count(n_kv, 13, "metadata count", n_kv_at)?;
+        c.check_count(n_tensors, 24, "tensor count", n_tensors_at)?;
+
+        let mut metadata = BTreeMap::new();
+        let mut key_order = Vec::with_capacity(n_kv as usize);
+        for i in 0..n_kv {
+            let at = c.pos as u64;
+            let key = c.string(&format!("metadata key #{i}"))?;
+            let type_at = c.pos as u64;
+            let type_id = c.u32(&format!("type of {key:?}"))?;
+            let ty = ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
+                key: key.clone(),
+                type_id,
+                offset: type_at,
+            })?;
+            let value = c.value(ty, &key, 0)?;
+            if metadata.insert(key.clone(), value).is_some() {
+                return Err(GgufError::DuplicateKey { key, offset: at });
+            }
+            key_order.push(key);
+        }
+
+        let alignment = match metadata.get("general.alignment") {
+            None => DEFAULT_ALIGNMENT,
+            Some(Value::U32(a)) if *a != 0 && a.is_power_of_two() => *a as u64,
+            Some(v) => return Err(GgufError::BadAlignment(v.to_string())),
+        };
+
+        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let mut by_name = HashMap::with_capacity(n_tensors as usize);
+        for i in 0..n_tensors {
+            let at = c.pos as u64;
+            let name = c.string(&format!("tensor name #{i}"))?;
+            let n_dims = c.u32(&format!("dimension count of {name:?}"))?;
+            if n_dims == 0 || n_dims > MAX_DIMS {
+                return Err(GgufError::BadTensorShape {
+                    name,
+                    reason: format!("{n_dims} dimensions (1..={MAX_DIMS} allowed)"),
+                    offset: at,
+                });
+            }
+            let mut dims = Vec::with_capacity(n_dims as usize);
+            for _ in 0..n_dims {
+                dims.push(c.u64(&format!("dimensions of {name:?}"))?);
+            }
+            let type_at = c.pos as u64;
+            let type_id = c.u32(&format!("type of {name:?}"))?;
+            let ggml_type = GgmlType::from_id(type_id).ok_or_else(|| GgufError::UnknownTensorType {
+                name: name.clone(),
+                type_id,
+                offset: type_at,
+            })?;
+            let offset = c.u64(&format!("data offset of {name:?}"))?;
+            let shape_err = |reason: String| GgufError::BadTensorShape {
+                name: name.clone(),
+                reason,
+                offset: at,
+            };
+            if dims.contains(&0) {
+                return Err(shape_err(format!("zero dimension in {dims:?}")));
+            }
+            let n_el = dims
+                .iter()
+                .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+                .ok_or_else(|| shape_err(format!("element count of {dims:?} overflows")))?;
+            if dims[0] % ggml_type.block_size() != 0 {
+                return Err(shape_err(format!(
+                    "row length {} is not a multiple of the {} block size {}",
+                    dims[0],
+                    ggml_type,
+                    ggml_type.block_size()
+                )));
+            }
+            let size = ggml_type
+                .bytes_for(n_el)
+                .ok_or_else(|| shape_err(format!("byte size of {dims:?} {ggml_type} overflows")))?;
+            if by_name.insert(name.clone(), tensors.len()).is_some() {
+                return Err(GgufError::DuplicateTensor { name, offset: at });
+            }
+            tensors.push(TensorInfo {
+                name,
+                dims,
+                ggml_type,
+                offset,
+                size,
+            });
+        }
+
+        let header_end = c.pos as u64;
+        let data_offset = header_end.div_ceil(alignment) * alignment;
+        if n_tensors > 0 && data_offset > len {
+            return Err(GgufError::Truncated {
+                what: "data section".to_string(),
+                offset: header_end,
+                needed: data_offset - header_end,
+                len,
+            });
+        }
+        let data_len = len.saturating_sub(data_offset);
+
+        // Every tensor inside the data section, aligned, and no two overlapping.
+        let mut spans: Vec<(u64, u64, usize)> = Vec::with_capacity(tensors.len());
+        for (i, t) in tensors.iter().enumerate() {
+            let bad = |reason: String| GgufError::BadTensorData {
+                name: t.name.clone(),
+                reason,
+            };
+            if t.offset % alignment != 0 {
+                return Err(bad(format!(
+                    "data offset {} is not aligned to {alignment}",
+                    t.offset
+                )));
+            }
+            let end = t
+                .offset
+                .checked_add(t.size)
+                .ok_or_else(|| bad(format!("data offset {} + size {} overflows", t.offset, t.size)))?;
+            if end > data_len {
+                return Err(bad(format!(
+                    "data [{}, {end}) (absolute {}) runs past the end of the data section ({data_len} bytes): file truncated?",
+                    t.offset,
+                    data_offset + t.offset
+                )));
+            }
+            spans.push((t.offset, end, i));
+        }
+        spans.sort_unstable();
+        for w in spans.windows(2) {
+            let (a, b) = (w[0], w[1]);
+            if b.0 < a.1 {
+                return Err(GgufError::BadTensorData {
+                    name: tensors[b.2].name.clone(),
+                    reason: format!(
+                        "data [{}, {}) overlaps tensor {:?} at [{}, {})",
+                        b.0, b.1, tensors[a.2].name, a.0, a.1
+                    ),
+                });
+            }
+        }
+
+        tracing::debug!(version, n_tensors, n_kv, alignment, data_offset, "parsed GGUF header");
+        Ok(Self {
+            backing,
+            version,
+            metadata,
+            key_order,
+            tensors,
+            by_name,
+            alignment,
+            data_offset,
+        })
+    }
+
+    /// GGUF version (2 or 3).
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    /// Data alignment in bytes.
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    /// Absolute file offset of the data section.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    /// All metadata, sorted by key.
+    pub fn metadata(&self) -> &BTreeMap<String, Value> {
+        &self.metadata
+    }
+
+    /// Metadata keys in file order.
+    pub fn keys(&self) -> &[String] {
+        &self.key_order
+    }
+
+    /// One metadata value.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key)
+    }
+
+    /// A required string value.
+    pub fn get_str(&self, key: &str) -> Result<&str> {
+        let v = self.get(key).ok_or_else(|| GgufError::MissingKey(key.to_string()))?;
+        v.as_str().ok_or_else(|| GgufError::BadKey {
+            key: key.to_string(),
+            reason: format!("expected a string, found {v}"),
+        })
+    }
+
+    /// A required unsigned integer value (any integer type, non-negative).
+    pub fn get_u64(&self, key: &str) -> Result<u64> {
+        let v = self.get(key).ok_or_else(|| GgufError::MissingKey(key.to_string()))?;
+        v.as_u64().ok_or_else(|| GgufError::BadKey {
+            key: key.to_string(),
+            reason: format!("expected a non-negative integer, found {v}"),
+        })
+    }
+
+    /// An optional unsigned integer value; present but ill-typed is an error.
+    pub fn opt_u64(&self, key: &str) -> Result<Option<u64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(_) => self.get_u64(key).map(Some),
+        }
+    }
+
+    /// An optional float value (any numeric type); present but ill-typed is an error.
+    pub fn opt_f64(&self, key: &str) -> Result<Option<f64>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| GgufError::BadKey {
+                key: key.to_string(),
+                reason: format!("expected a number, found {v}"),
+            }),
+        }
+    }
+
+    /// An optional bool value; present but ill-typed is an error.
+    pub fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| GgufError::BadKey {
+                key: key.to_string(),
+                reason: format!("expected a bool, found {v}"),
+            }),
+        }
+    }
+
+    /// `general.architecture`.
+    pub fn architecture(&self) -> Result<&str> {
+        self.get_str("general.architecture")
+    }
+
+    /// All tensor infos in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// A tensor's info by name.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.by_name.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// A required tensor's info.
+    pub fn require_tensor(&self, name: &str) -> Result<&TensorInfo> {
+        self.tensor(name)
+            .ok_or_else(|| GgufError::MissingTensor(name.to_string()))
+    }
+
+    /// The raw bytes of a tensor (validated at open time to lie inside the file).
+    pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
+        let start = (self.data_offset + info.offset) as usize;
+        let end = start + info.size as usize;
+        // Bounds were validated in `from_backing` for every `TensorInfo` this file handed out; a foreign
+        // `TensorInfo` would fail the slice check below rather than read out of bounds.
+        self.backing.bytes().get(start..end).unwrap_or(&[])
+    }
+
+    /// The whole file's bytes (for checksums).
+    pub fn bytes(&self) -> &[u8] {
+        self.backing.bytes()
+    }
+
+    /// Dequantizes a tensor to f32 with the scalar reference decoder, in GGUF element order.
+    pub fn dequantize(&self, info: &TensorInfo) -> Result<Vec<f32>> {
+        crate::dequant::dequantize(info.ggml_type, self.tensor_data(info), info.n_elements() as usize)
+    }
+}

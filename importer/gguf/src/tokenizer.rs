@@ -1,0 +1,1 @@
+//! Tokenizer construction from GGUF metadata (see lib docs).
