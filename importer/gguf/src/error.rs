@@ -34,7 +34,9 @@ pub enum GgufError {
         len: u64,
     },
     /// A count in the header cannot fit in the file.
-    #[error("implausible {what} {count} at offset {offset}: the remaining {remaining} bytes cannot hold it")]
+    #[error(
+        "implausible {what} {count} at offset {offset}: the remaining {remaining} bytes cannot hold it"
+    )]
     CountTooLarge {
         /// which count
         what: String,

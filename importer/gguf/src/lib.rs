@@ -14,6 +14,7 @@ mod error;
 mod reader;
 pub mod tokenizer;
 mod types;
+pub mod writer;
 
 pub use error::{GgufError, Result};
 pub use reader::{GgufFile, MAX_ARRAY_NESTING};

@@ -169,14 +169,20 @@ impl<'a> Cursor<'a> {
                     });
                 }
                 let type_id = self.u32(&what)?;
-                let elem = ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
-                    key: key.to_string(),
-                    type_id,
-                    offset: at,
-                })?;
+                let elem =
+                    ValueType::from_id(type_id).ok_or_else(|| GgufError::UnknownValueType {
+                        key: key.to_string(),
+                        type_id,
+                        offset: at,
+                    })?;
                 let count_at = self.pos as u64;
                 let count = self.u64(&what)?;
-                self.check_count(count, elem.min_size(), &format!("array length of {key:?}"), count_at)?;
+                self.check_count(
+                    count,
+                    elem.min_size(),
+                    &format!("array length of {key:?}"),
+                    count_at,
+                )?;
                 let mut items = Vec::with_capacity(count as usize);
                 for _ in 0..count {
                     items.push(self.value(elem, key, depth + 1)?);
@@ -271,11 +277,12 @@ impl GgufFile {
             }
             let type_at = c.pos as u64;
             let type_id = c.u32(&format!("type of {name:?}"))?;
-            let ggml_type = GgmlType::from_id(type_id).ok_or_else(|| GgufError::UnknownTensorType {
-                name: name.clone(),
-                type_id,
-                offset: type_at,
-            })?;
+            let ggml_type =
+                GgmlType::from_id(type_id).ok_or_else(|| GgufError::UnknownTensorType {
+                    name: name.clone(),
+                    type_id,
+                    offset: type_at,
+                })?;
             let offset = c.u64(&format!("data offset of {name:?}"))?;
             let shape_err = |reason: String| GgufError::BadTensorShape {
                 name: name.clone(),
@@ -289,7 +296,7 @@ impl GgufFile {
                 .iter()
                 .try_fold(1u64, |acc, &d| acc.checked_mul(d))
                 .ok_or_else(|| shape_err(format!("element count of {dims:?} overflows")))?;
-            if dims[0] % ggml_type.block_size() != 0 {
+            if !dims[0].is_multiple_of(ggml_type.block_size()) {
                 return Err(shape_err(format!(
                     "row length {} is not a multiple of the {} block size {}",
                     dims[0],
@@ -331,21 +338,26 @@ impl GgufFile {
                 name: t.name.clone(),
                 reason,
             };
-            if t.offset % alignment != 0 {
+            if !t.offset.is_multiple_of(alignment) {
                 return Err(bad(format!(
                     "data offset {} is not aligned to {alignment}",
                     t.offset
                 )));
             }
-            let end = t
-                .offset
-                .checked_add(t.size)
-                .ok_or_else(|| bad(format!("data offset {} + size {} overflows", t.offset, t.size)))?;
+            let end = t.offset.checked_add(t.size).ok_or_else(|| {
+                bad(format!(
+                    "data offset {} + size {} overflows",
+                    t.offset, t.size
+                ))
+            })?;
             if end > data_len {
+                // (The absolute offset can exceed u64 for a corrupt offset: say so rather than overflow.)
+                let absolute = data_offset
+                    .checked_add(t.offset)
+                    .map_or_else(|| "beyond 2^64".to_string(), |a| a.to_string());
                 return Err(bad(format!(
-                    "data [{}, {end}) (absolute {}) runs past the end of the data section ({data_len} bytes): file truncated?",
+                    "data [{}, {end}) (absolute {absolute}) runs past the end of the data section ({data_len} bytes): file truncated?",
                     t.offset,
-                    data_offset + t.offset
                 )));
             }
             spans.push((t.offset, end, i));
@@ -364,7 +376,14 @@ impl GgufFile {
             }
         }
 
-        tracing::debug!(version, n_tensors, n_kv, alignment, data_offset, "parsed GGUF header");
+        tracing::debug!(
+            version,
+            n_tensors,
+            n_kv,
+            alignment,
+            data_offset,
+            "parsed GGUF header"
+        );
         Ok(Self {
             backing,
             version,
@@ -409,7 +428,9 @@ impl GgufFile {
 
     /// A required string value.
     pub fn get_str(&self, key: &str) -> Result<&str> {
-        let v = self.get(key).ok_or_else(|| GgufError::MissingKey(key.to_string()))?;
+        let v = self
+            .get(key)
+            .ok_or_else(|| GgufError::MissingKey(key.to_string()))?;
         v.as_str().ok_or_else(|| GgufError::BadKey {
             key: key.to_string(),
             reason: format!("expected a string, found {v}"),
@@ -418,7 +439,9 @@ impl GgufFile {
 
     /// A required unsigned integer value (any integer type, non-negative).
     pub fn get_u64(&self, key: &str) -> Result<u64> {
-        let v = self.get(key).ok_or_else(|| GgufError::MissingKey(key.to_string()))?;
+        let v = self
+            .get(key)
+            .ok_or_else(|| GgufError::MissingKey(key.to_string()))?;
         v.as_u64().ok_or_else(|| GgufError::BadKey {
             key: key.to_string(),
             reason: format!("expected a non-negative integer, found {v}"),
@@ -478,11 +501,14 @@ impl GgufFile {
 
     /// The raw bytes of a tensor (validated at open time to lie inside the file).
     pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
-        let start = (self.data_offset + info.offset) as usize;
-        let end = start + info.size as usize;
         // Bounds were validated in `from_backing` for every `TensorInfo` this file handed out; a foreign
-        // `TensorInfo` would fail the slice check below rather than read out of bounds.
-        self.backing.bytes().get(start..end).unwrap_or(&[])
+        // `TensorInfo` (offsets past the file, or overflowing) yields an empty slice, never a panic.
+        let start = self.data_offset.checked_add(info.offset);
+        let end = start.and_then(|s| s.checked_add(info.size));
+        match (start.map(usize::try_from), end.map(usize::try_from)) {
+            (Some(Ok(start)), Some(Ok(end))) => self.backing.bytes().get(start..end).unwrap_or(&[]),
+            _ => &[],
+        }
     }
 
     /// The whole file's bytes (for checksums).
@@ -492,6 +518,10 @@ impl GgufFile {
 
     /// Dequantizes a tensor to f32 with the scalar reference decoder, in GGUF element order.
     pub fn dequantize(&self, info: &TensorInfo) -> Result<Vec<f32>> {
-        crate::dequant::dequantize(info.ggml_type, self.tensor_data(info), info.n_elements() as usize)
+        crate::dequant::dequantize(
+            info.ggml_type,
+            self.tensor_data(info),
+            info.n_elements() as usize,
+        )
     }
 }

@@ -333,7 +333,14 @@ impl GgmlType {
     /// Elements per block.
     pub fn block_size(self) -> u64 {
         match self {
-            Self::F32 | Self::F16 | Self::BF16 | Self::I8 | Self::I16 | Self::I32 | Self::I64 | Self::F64 => 1,
+            Self::F32
+            | Self::F16
+            | Self::BF16
+            | Self::I8
+            | Self::I16
+            | Self::I32
+            | Self::I64
+            | Self::F64 => 1,
             Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 | Self::Q8_1 => 32,
             Self::Q2_K | Self::Q3_K | Self::Q4_K | Self::Q5_K | Self::Q6_K | Self::Q8_K => 256,
         }
@@ -364,7 +371,7 @@ impl GgmlType {
     /// Bytes taken by `n_elements` elements, or `None` if `n_elements` is not a whole number of blocks or
     /// the size overflows.
     pub fn bytes_for(self, n_elements: u64) -> Option<u64> {
-        if n_elements % self.block_size() != 0 {
+        if !n_elements.is_multiple_of(self.block_size()) {
             return None;
         }
         (n_elements / self.block_size()).checked_mul(self.type_size())
@@ -419,9 +426,13 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
-    /// Number of elements.
+    /// Number of elements (saturating at `u64::MAX` for dims whose product overflows, which the reader
+    /// refuses; only a hand-made `TensorInfo` can have them).
     pub fn n_elements(&self) -> u64 {
-        self.dims.iter().product()
+        self.dims
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+            .unwrap_or(u64::MAX)
     }
 
     /// Shape in row-major order (outermost first), as Burn and PyTorch expect: GGUF `[ne0, ne1]` is a

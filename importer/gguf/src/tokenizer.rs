@@ -1,1 +1,0 @@
-//! Tokenizer construction from GGUF metadata (see lib docs).

@@ -1,0 +1,288 @@
+//! The Hugging Face tokenizer built beside a GGUF vocabulary ([`GgufTokenizer::tokenizer`]): byte-level
+//! BPE with the pre-tokenizer's regexes, WordPiece with BERT normalization, and SentencePiece approximated as
+//! Hugging Face's `LlamaTokenizerFast` does; added tokens, post-processor and decoder as llama.cpp would.
+//!
+//! [`GgufTokenizer::tokenizer`]: super::GgufTokenizer::tokenizer
+
+use tokenizers::decoders::DecoderWrapper;
+use tokenizers::models::bpe::{BPE, Vocab as HfVocab};
+use tokenizers::models::wordpiece::WordPiece;
+use tokenizers::normalizers::{NormalizerWrapper, Prepend, Replace, bert::BertNormalizer};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::processors::template::TemplateProcessing;
+use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
+
+use super::gguf::{KEY_MERGES, KEY_PRE, opt_array, opt_bool};
+use super::{Vocab, attr, pre, tok_err};
+use crate::GgufFile;
+use crate::error::{GgufError, Result};
+
+/// BOS/EOS/SEP that the post-processor adds (only those the vocabulary adds).
+pub(super) struct Specials {
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub sep: Option<u32>,
+}
+
+fn hf(what: &str) -> impl Fn(tokenizers::Error) -> GgufError + '_ {
+    move |e| tok_err(format!("building the {what} tokenizer: {e}"))
+}
+
+fn hf_vocab(texts: impl Iterator<Item = (String, u32)>) -> HfVocab {
+    texts.collect()
+}
+
+/// Added tokens and post-processor shared by all kinds.
+fn finish(
+    mut tok: Tokenizer,
+    vocab: &Vocab,
+    texts: &[String],
+    sp: &Specials,
+    what: &str,
+) -> Result<Tokenizer> {
+    let mut special = Vec::new();
+    let mut plain = Vec::new();
+    for &id in &vocab.partition {
+        let a = vocab.attrs[id as usize];
+        let t = AddedToken::from(texts[id as usize].clone(), a & attr::USER_DEFINED == 0)
+            .lstrip(a & attr::LSTRIP != 0)
+            .rstrip(a & attr::RSTRIP != 0)
+            .normalized(false);
+        if a & attr::USER_DEFINED != 0 {
+            plain.push(t)
+        } else {
+            special.push(t)
+        }
+    }
+    tok.add_special_tokens(&special);
+    tok.add_tokens(&plain);
+    let mut single: Vec<String> = Vec::new();
+    let mut pair: Vec<String> = Vec::new();
+    let mut tokens: Vec<(String, u32)> = Vec::new();
+    let name = |id: u32| texts[id as usize].clone();
+    if let Some(b) = sp.bos {
+        single.push(name(b));
+        tokens.push((name(b), b));
+    }
+    single.push("$A".into());
+    pair.extend(single.iter().cloned());
+    for id in [sp.eos, sp.sep].into_iter().flatten() {
+        single.push(name(id));
+        pair.push(name(id));
+        if !tokens.iter().any(|(_, t)| *t == id) {
+            tokens.push((name(id), id));
+        }
+    }
+    if let Some(b) = sp.bos {
+        pair.push(name(b));
+    }
+    pair.push("$B:1".into());
+    for id in [sp.eos, sp.sep].into_iter().flatten() {
+        pair.push(format!("{}:1", name(id)));
+    }
+    if !tokens.is_empty() {
+        let post = TemplateProcessing::builder()
+            .try_single(single)
+            .and_then(|b| b.try_pair(pair))
+            .map_err(|e| tok_err(format!("building the {what} post-processor: {e}")))?
+            .special_tokens(tokens)
+            .build()
+            .map_err(|e| tok_err(format!("building the {what} post-processor: {e}")))?;
+        tok.with_post_processor(Some(post));
+    }
+    Ok(tok)
+}
+
+/// Byte-level BPE: the pre-tokenizer's regex splits, the GPT-2 byte map, ranked merges.
+pub(super) fn bpe(
+    f: &GgufFile,
+    vocab: &Vocab,
+    spec: pre::PreSpec,
+    sp: &Specials,
+) -> Result<Tokenizer> {
+    let items =
+        opt_array(f, KEY_MERGES, None)?.ok_or_else(|| tok_err(format!("missing {KEY_MERGES}")))?;
+    let mut merges = Vec::with_capacity(items.len());
+    let mut seen = std::collections::HashSet::with_capacity(items.len());
+    let mut dropped = 0usize;
+    for (i, v) in items.iter().enumerate() {
+        let line = v
+            .as_str()
+            .ok_or_else(|| tok_err(format!("{KEY_MERGES}[{i}] must be a string, found {v}")))?;
+        // llama.cpp splits at the first space after the first byte
+        let pos = line
+            .as_bytes()
+            .iter()
+            .skip(1)
+            .position(|&c| c == b' ')
+            .map(|p| p + 1)
+            .ok_or_else(|| {
+                tok_err(format!(
+                    "{KEY_MERGES}[{i}] = {line:?} is not two tokens separated by a space"
+                ))
+            })?;
+        let (a, b) = (&line[..pos], &line[pos + 1..]);
+        if a.is_empty() || b.is_empty() {
+            return Err(tok_err(format!(
+                "{KEY_MERGES}[{i}] = {line:?} has an empty side"
+            )));
+        }
+        // Hugging Face needs both sides and the result in the vocabulary; llama.cpp keeps the first rank.
+        let ok = vocab.ids.contains_key(a)
+            && vocab.ids.contains_key(b)
+            && vocab.ids.contains_key(&format!("{a}{b}"));
+        if ok && seen.insert((a, b)) {
+            merges.push((a.to_string(), b.to_string()));
+        } else {
+            dropped += 1;
+        }
+    }
+    if dropped > 0 {
+        tracing::debug!(
+            dropped,
+            "BPE merges skipped (duplicate, or a side or the result not in the vocabulary)"
+        );
+    }
+    let hv = hf_vocab(vocab.texts.iter().cloned().zip(0u32..));
+    let model = BPE::builder()
+        .vocab_and_merges(hv, merges)
+        .ignore_merges(spec.ignore_merges)
+        .build()
+        .map_err(hf("BPE"))?;
+    let mut pres = Vec::with_capacity(spec.regexes.len() + 1);
+    for re in spec.regexes {
+        let split = Split::new(
+            SplitPattern::Regex(re.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| tok_err(format!("{KEY_PRE}: regex {re:?}: {e}")))?;
+        pres.push(PreTokenizerWrapper::Split(split));
+    }
+    pres.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
+        false, false, false,
+    )));
+    let mut tok = Tokenizer::new(model);
+    tok.with_pre_tokenizer(Some(tokenizers::pre_tokenizers::sequence::Sequence::new(
+        pres,
+    )));
+    tok.with_decoder(Some(ByteLevel::new(false, false, false)));
+    finish(tok, vocab, &vocab.texts, sp, "BPE")
+}
+
+/// SentencePiece approximated as Hugging Face does (`LlamaTokenizerFast`): BPE whose merge ranks follow the
+/// merged piece's score, with byte fallback. [`GgufTokenizer::encode`] does not use it.
+pub(super) fn spm(
+    vocab: &Vocab,
+    unk: Option<u32>,
+    add_space_prefix: bool,
+    sp: &Specials,
+) -> Result<Tokenizer> {
+    let mut order: Vec<u32> = (0..vocab.texts.len() as u32)
+        .filter(|&i| vocab.attrs[i as usize] & attr::NORMAL != 0)
+        .collect();
+    order.sort_by(|&a, &b| {
+        vocab.scores[b as usize]
+            .total_cmp(&vocab.scores[a as usize])
+            .then(a.cmp(&b))
+    });
+    let mut merges = Vec::new();
+    for id in order {
+        let t = &vocab.texts[id as usize];
+        let mut local: Vec<(u32, u32, usize)> = t
+            .char_indices()
+            .skip(1)
+            .filter_map(|(at, _)| {
+                let (l, r) = (vocab.ids.get(&t[..at])?, vocab.ids.get(&t[at..])?);
+                Some((*l, *r, at))
+            })
+            .collect();
+        local.sort_unstable();
+        merges.extend(
+            local
+                .into_iter()
+                .map(|(_, _, at)| (t[..at].to_string(), t[at..].to_string())),
+        );
+    }
+    let mut b = BPE::builder()
+        .vocab_and_merges(hf_vocab(vocab.texts.iter().cloned().zip(0u32..)), merges)
+        .byte_fallback(true)
+        .fuse_unk(true);
+    if let Some(u) = unk {
+        b = b.unk_token(vocab.texts[u as usize].clone());
+    }
+    let mut tok = Tokenizer::new(b.build().map_err(hf("SentencePiece"))?);
+    let space = Replace::new(" ", "\u{2581}").map_err(hf("SentencePiece"))?;
+    let norm: NormalizerWrapper = if add_space_prefix {
+        tokenizers::normalizers::Sequence::new(vec![
+            Prepend::new("\u{2581}".into()).into(),
+            space.into(),
+        ])
+        .into()
+    } else {
+        space.into()
+    };
+    tok.with_normalizer(Some(norm));
+    let mut decs: Vec<DecoderWrapper> = vec![
+        Replace::new("\u{2581}", " ")
+            .map_err(hf("SentencePiece"))?
+            .into(),
+        tokenizers::decoders::byte_fallback::ByteFallback::new().into(),
+        tokenizers::decoders::fuse::Fuse::new().into(),
+    ];
+    if add_space_prefix {
+        decs.push(tokenizers::decoders::strip::Strip::new(' ', 1, 0).into());
+    }
+    tok.with_decoder(Some(tokenizers::decoders::sequence::Sequence::new(decs)));
+    finish(tok, vocab, &vocab.texts, sp, "SentencePiece")
+}
+
+/// WordPiece: GGUF spells word starts `▁word` and continuations `piece`; Hugging Face wants `word` and
+/// `##piece` (bracketed and control tokens are kept as they are).
+pub(super) fn wpm(
+    f: &GgufFile,
+    vocab: &Vocab,
+    unk: Option<u32>,
+    sp: &Specials,
+) -> Result<Tokenizer> {
+    let texts: Vec<String> = vocab
+        .texts
+        .iter()
+        .zip(&vocab.attrs)
+        .map(|(t, &a)| {
+            if a & (attr::CONTROL | attr::UNKNOWN) != 0 || (t.starts_with('[') && t.ends_with(']'))
+            {
+                t.clone()
+            } else if let Some(w) = t.strip_prefix('\u{2581}') {
+                w.to_string()
+            } else {
+                format!("##{t}")
+            }
+        })
+        .collect();
+    let mut hv = HfVocab::with_capacity(texts.len());
+    for (i, t) in texts.iter().enumerate() {
+        hv.entry(t.clone()).or_insert(i as u32);
+    }
+    let unk =
+        unk.ok_or_else(|| tok_err("WordPiece vocabulary needs tokenizer.ggml.unknown_token_id"))?;
+    let model = WordPiece::builder()
+        .vocab(hv)
+        .unk_token(texts[unk as usize].clone())
+        .continuing_subword_prefix("##".into())
+        .max_input_chars_per_word(100)
+        .build()
+        .map_err(hf("WordPiece"))?;
+    let lower = opt_bool(f, "tokenizer.ggml.normalizer.lowercase")?.unwrap_or(true);
+    let strip = opt_bool(f, "tokenizer.ggml.normalizer.strip_accents")?.unwrap_or(lower);
+    let mut tok = Tokenizer::new(model);
+    tok.with_normalizer(Some(BertNormalizer::new(true, true, Some(strip), lower)));
+    tok.with_pre_tokenizer(Some(tokenizers::pre_tokenizers::bert::BertPreTokenizer));
+    tok.with_decoder(Some(tokenizers::decoders::wordpiece::WordPiece::new(
+        "##".into(),
+        true,
+    )));
+    finish(tok, vocab, &texts, sp, "WordPiece")
+}

@@ -1,0 +1,597 @@
+//! Tokenizers built from GGUF `tokenizer.ggml.*` metadata (or a Hugging Face `tokenizer.json`), matching
+//! llama.cpp's tokenization exactly.
+//!
+//! Reference: llama.cpp `src/llama-vocab.cpp` (vocabulary loading, `tokenizer_st_partition`, the SPM, BPE
+//! and WPM sessions, `token_to_piece`, `detokenize`) and its test vectors `models/ggml-vocab-*.gguf.{inp,out}`
+//! made by `tests/test-tokenizer-0` with `add_special = false, parse_special = false`.
+//!
+//! How a text becomes ids, as in llama.cpp:
+//! 1. *Partition*: the special tokens (control, unknown and user-defined; control and unknown only when
+//!    `parse_special`) are cut out of the raw text, longest first, honouring their lstrip/rstrip attributes.
+//! 2. Each remaining text fragment is tokenized by the model kind:
+//!    - [`TokenizerKind::SentencePiece`] (`llama`): spaces become `▁` (a leading one is added when
+//!      `add_space_prefix` and the fragment starts the text or follows a special token), then the
+//!      highest-scoring adjacent pair that forms a vocabulary token is merged until none is left; pieces that
+//!      are not tokens fall back to `<0xNN>` byte tokens. This is Cinder's own code (`spm.rs`), because
+//!      the Hugging Face BPE model ranks merges, not token scores.
+//!    - [`TokenizerKind::Bpe`] (`gpt2`): the pre-tokenizer regexes chosen by `tokenizer.ggml.pre` split
+//!      the fragment, bytes map to GPT-2's printable characters, and BPE merges apply by rank — through the
+//!      Hugging Face pipeline held in [`GgufTokenizer::tokenizer`].
+//!    - [`TokenizerKind::WordPiece`] (`bert`): BERT normalization (lowercase, accents stripped, CJK
+//!      isolated), whitespace/punctuation split and greedy longest-match WordPiece, also through the Hugging
+//!      Face pipeline (GGUF stores word starts as `▁word`; they are mapped back to `word` / `##piece`).
+//! 3. BOS/EOS (and SEP for WordPiece) are added when asked and the vocabulary says so.
+//!
+//! Decoding concatenates each token's bytes ([`GgufTokenizer::token_bytes`]) like llama.cpp's
+//! `token_to_piece`, then applies llama.cpp's `clean_spaces` rules where the vocabulary enables them.
+
+mod gguf;
+mod hf;
+mod json;
+mod pre;
+mod spm;
+
+use std::sync::OnceLock;
+
+use crate::error::{GgufError, Result};
+
+/// Token attributes, as llama.cpp's `llama_token_attr` bits.
+pub(crate) mod attr {
+    /// `LLAMA_TOKEN_ATTR_UNKNOWN`
+    pub const UNKNOWN: u16 = 1 << 0;
+    /// `LLAMA_TOKEN_ATTR_UNUSED`
+    pub const UNUSED: u16 = 1 << 1;
+    /// `LLAMA_TOKEN_ATTR_NORMAL`
+    pub const NORMAL: u16 = 1 << 2;
+    /// `LLAMA_TOKEN_ATTR_CONTROL`
+    pub const CONTROL: u16 = 1 << 3;
+    /// `LLAMA_TOKEN_ATTR_USER_DEFINED`
+    pub const USER_DEFINED: u16 = 1 << 4;
+    /// `LLAMA_TOKEN_ATTR_BYTE`
+    pub const BYTE: u16 = 1 << 5;
+    /// `LLAMA_TOKEN_ATTR_LSTRIP`
+    pub const LSTRIP: u16 = 1 << 7;
+    /// `LLAMA_TOKEN_ATTR_RSTRIP`
+    pub const RSTRIP: u16 = 1 << 8;
+}
+
+/// The tokenization algorithm of a vocabulary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenizerKind {
+    /// Byte-level BPE with ranked merges (`tokenizer.ggml.model = "gpt2"`; GPT-2, Llama 3, Qwen2, SmolLM).
+    Bpe,
+    /// SentencePiece (`"llama"`; Llama 2, Gemma, Phi-3): score-driven merges, `▁` for spaces, byte fallback.
+    SentencePiece,
+    /// WordPiece (`"bert"`): BERT normalization and greedy longest-match pieces.
+    WordPiece,
+}
+
+/// A vocabulary and its tokenizer, built from GGUF metadata ([`GgufTokenizer::from_gguf`]) or from a
+/// Hugging Face `tokenizer.json` ([`GgufTokenizer::from_tokenizer_json`]).
+pub struct GgufTokenizer {
+    /// A Hugging Face tokenizer for this vocabulary (added tokens, post-processor and decoder set up as
+    /// llama.cpp would). For BPE and WordPiece vocabularies from GGUF, [`GgufTokenizer::encode`] runs its
+    /// pre-tokenizer and model on each text fragment; for SentencePiece it is a close approximation (BPE
+    /// with merges derived from the scores) and `encode` uses Cinder's own exact SPM code instead.
+    pub tokenizer: tokenizers::Tokenizer,
+    /// The tokenization algorithm.
+    pub kind: TokenizerKind,
+    /// `tokenizer.ggml.pre` (the pre-tokenizer name), empty when absent or not applicable.
+    pub pre: String,
+    /// Beginning-of-sequence token.
+    pub bos_id: Option<u32>,
+    /// End-of-sequence token.
+    pub eos_id: Option<u32>,
+    /// Tokens that end generation: EOS, EOT/EOM and turn-end tokens such as `<|im_end|>`, `<end_of_turn>`,
+    /// `<|eot_id|>` (llama.cpp's `special_eog_ids`), sorted.
+    pub eot_ids: Vec<u32>,
+    /// Whether `encode(.., add_special = true)` prepends BOS.
+    pub add_bos: bool,
+    /// Whether `encode(.., add_special = true)` appends EOS.
+    pub add_eos: bool,
+    /// Number of tokens in the vocabulary.
+    pub vocab_size: usize,
+    /// `tokenizer.chat_template` (Jinja), if the file has one.
+    pub chat_template: Option<String>,
+    /// Control tokens (BOS, EOS, `<|im_start|>`, ...), sorted.
+    pub special_ids: Vec<u32>,
+    /// Separator token (WordPiece `[SEP]`).
+    pub sep_id: Option<u32>,
+    /// Whether `encode(.., add_special = true)` appends SEP (WordPiece).
+    pub add_sep: bool,
+    /// Unknown-token id.
+    pub unk_id: Option<u32>,
+    /// Padding token id.
+    pub pad_id: Option<u32>,
+    /// SentencePiece: a space is prepended to the text (and to text after a special token).
+    pub add_space_prefix: bool,
+    /// Decoding applies llama.cpp's `clean_spaces` (drops the space before `? ! . ,` and some contractions).
+    pub clean_spaces: bool,
+    vocab: Vocab,
+    engine: Engine,
+}
+
+impl std::fmt::Debug for GgufTokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufTokenizer")
+            .field("kind", &self.kind)
+            .field("pre", &self.pre)
+            .field("vocab_size", &self.vocab_size)
+            .field("bos_id", &self.bos_id)
+            .field("eos_id", &self.eos_id)
+            .field("eot_ids", &self.eot_ids)
+            .field("add_bos", &self.add_bos)
+            .field("add_eos", &self.add_eos)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How text fragments are turned into ids.
+enum Engine {
+    /// Cinder's SentencePiece code over [`Vocab`].
+    Spm,
+    /// The Hugging Face normalizer, pre-tokenizer and model of `tokenizer`, applied per fragment.
+    HfFragments,
+    /// A `tokenizer.json`: the Hugging Face tokenizer end to end. `plain` is a copy that does not match
+    /// special tokens in the input (built on first use of `parse_special = false`).
+    HfJson {
+        plain: Box<OnceLock<tokenizers::Tokenizer>>,
+    },
+}
+
+/// The vocabulary as llama.cpp sees it: texts, attributes, scores and the decoded bytes of every token.
+pub(crate) struct Vocab {
+    pub(crate) texts: Vec<String>,
+    pub(crate) attrs: Vec<u16>,
+    pub(crate) scores: Vec<f32>,
+    pub(crate) ids: std::collections::HashMap<String, u32>,
+    /// Tokens cut out of the raw text before tokenization (control, unknown, user-defined), longest first.
+    pub(crate) partition: Vec<u32>,
+    /// What each token decodes to (llama.cpp `token_to_piece(.., special = true)`).
+    pub(crate) pieces: Vec<Vec<u8>>,
+    /// SentencePiece byte-fallback token for each byte.
+    pub(crate) byte_tokens: Vec<Option<u32>>,
+}
+
+/// A piece of the input after special-token partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fragment<'a> {
+    Text(&'a str),
+    Token(u32),
+}
+
+pub(crate) fn tok_err(msg: impl Into<String>) -> GgufError {
+    GgufError::Tokenizer(msg.into())
+}
+
+/// C `isspace` on one byte (what llama.cpp uses for lstrip/rstrip).
+fn c_isspace(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+impl Vocab {
+    /// Splits `text` around the partition tokens exactly as llama.cpp's `tokenizer_st_partition`: each token
+    /// (longest first) is cut out of every remaining text fragment, left to right.
+    fn partition<'a>(&self, text: &'a str, parse_special: bool) -> Vec<Fragment<'a>> {
+        let mut frags = Vec::new();
+        if text.is_empty() {
+            return frags;
+        }
+        // Fragments as byte ranges of `text`, or tokens.
+        let mut cur: Vec<std::result::Result<(usize, usize), u32>> = vec![Ok((0, text.len()))];
+        for &id in &self.partition {
+            let a = self.attrs[id as usize];
+            if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
+                continue;
+            }
+            let tok = self.texts[id as usize].as_str();
+            if tok.is_empty() || !text.contains(tok) {
+                continue;
+            }
+            let mut next = Vec::with_capacity(cur.len() + 2);
+            for frag in cur {
+                let Ok((mut start, end)) = frag else {
+                    next.push(frag);
+                    continue;
+                };
+                while let Some(rel) = text[start..end].find(tok) {
+                    let m = start + rel;
+                    let mut left_end = m;
+                    if a & attr::LSTRIP != 0 {
+                        while left_end > start && c_isspace(text.as_bytes()[left_end - 1]) {
+                            left_end -= 1;
+                        }
+                    }
+                    if left_end > start {
+                        next.push(Ok((start, left_end)));
+                    }
+                    next.push(Err(id));
+                    start = m + tok.len();
+                    if a & attr::RSTRIP != 0 {
+                        while start < end && c_isspace(text.as_bytes()[start]) {
+                            start += 1;
+                        }
+                    }
+                }
+                if start < end {
+                    next.push(Ok((start, end)));
+                }
+            }
+            cur = next;
+        }
+        for f in cur {
+            frags.push(match f {
+                Ok((s, e)) => Fragment::Text(&text[s..e]),
+                Err(id) => Fragment::Token(id),
+            });
+        }
+        frags
+    }
+
+    /// Sorts the partition list as llama.cpp does (longest text first; ties by id for determinism).
+    pub(crate) fn sort_partition(&mut self) {
+        let texts = &self.texts;
+        self.partition.sort_by(|&a, &b| {
+            texts[b as usize]
+                .len()
+                .cmp(&texts[a as usize].len())
+                .then(a.cmp(&b))
+        });
+    }
+}
+
+impl GgufTokenizer {
+    /// Builds the tokenizer from a GGUF file's `tokenizer.ggml.*` metadata. Every missing or ill-typed key,
+    /// length mismatch, bad merge line or out-of-range special id is a [`GgufError::Tokenizer`] naming it.
+    pub fn from_gguf(file: &crate::GgufFile) -> Result<Self> {
+        gguf::build(file)
+    }
+
+    /// Loads a Hugging Face `tokenizer.json`. BOS/EOS/SEP and whether they are added come from its
+    /// post-processor; a `tokenizer_config.json` beside it, when present, supplies the BOS/EOS tokens and
+    /// the chat template.
+    pub fn from_tokenizer_json(path: impl AsRef<std::path::Path>) -> Result<Self> {
+        json::build(path.as_ref())
+    }
+
+    /// Tokenizes like llama.cpp's `llama_tokenize(text, add_special, parse_special = false)`: special tokens
+    /// written in the text are not recognised (user-defined tokens are), as in llama.cpp's test vectors.
+    pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        self.tokenize(text, add_special, false)
+    }
+
+    /// Tokenizes like llama.cpp's `llama_tokenize`. `add_special` adds BOS/EOS/SEP as the vocabulary says;
+    /// `parse_special` also recognises control tokens written in the text (e.g. `<|im_start|>` in a
+    /// rendered chat template).
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
+        if let Engine::HfJson { plain } = &self.engine {
+            return self.encode_json(plain, text, add_special, parse_special);
+        }
+        let mut out = Vec::new();
+        let wpm = self.kind == TokenizerKind::WordPiece;
+        if add_special && self.add_bos {
+            out.push(
+                self.bos_id
+                    .ok_or_else(|| tok_err("add_bos is set but there is no BOS token"))?,
+            );
+        }
+        let mut prev_special = true;
+        for frag in self.vocab.partition(text, parse_special) {
+            match frag {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                Fragment::Text(t) => {
+                    match self.engine {
+                        Engine::Spm => {
+                            let mut s = String::with_capacity(t.len() + 4);
+                            if self.add_space_prefix && prev_special {
+                                s.push('\u{2581}');
+                            }
+                            s.push_str(&t.replace(' ', "\u{2581}"));
+                            spm::tokenize(&self.vocab, &s, &mut out)?;
+                        }
+                        _ => self.hf_fragment(t, &mut out)?,
+                    }
+                    prev_special = false;
+                }
+            }
+        }
+        if add_special && self.add_eos && !wpm {
+            out.push(
+                self.eos_id
+                    .ok_or_else(|| tok_err("add_eos is set but there is no EOS token"))?,
+            );
+        }
+        if add_special && self.add_sep && wpm {
+            out.push(
+                self.sep_id
+                    .ok_or_else(|| tok_err("add_sep is set but there is no SEP token"))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Runs the Hugging Face normalizer, pre-tokenizer and model on one text fragment (no added tokens).
+    fn hf_fragment(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
+        use tokenizers::{
+            Model, Normalizer, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer,
+        };
+        let hf = |e: tokenizers::Error| tok_err(format!("tokenizing {text:?}: {e}"));
+        let mut pts = PreTokenizedString::from(text);
+        if let Some(n) = self.tokenizer.get_normalizer() {
+            pts.normalize(|s| n.normalize(s)).map_err(hf)?;
+        }
+        if let Some(p) = self.tokenizer.get_pre_tokenizer() {
+            p.pre_tokenize(&mut pts).map_err(hf)?;
+        }
+        let model = self.tokenizer.get_model();
+        pts.tokenize(|s| model.tokenize(s.get())).map_err(hf)?;
+        for (_, _, toks) in pts.get_splits(OffsetReferential::Original, OffsetType::None) {
+            if let Some(toks) = toks {
+                out.extend(toks.iter().map(|t| t.id));
+            }
+        }
+        Ok(())
+    }
+
+    fn encode_json(
+        &self,
+        plain: &OnceLock<tokenizers::Tokenizer>,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>> {
+        let tok = if parse_special {
+            &self.tokenizer
+        } else {
+            plain.get_or_init(|| {
+                let mut t = self.tokenizer.clone();
+                t.set_encode_special_tokens(true);
+                t
+            })
+        };
+        let enc = tok
+            .encode(text, add_special)
+            .map_err(|e| tok_err(format!("tokenizing {text:?}: {e}")))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Decodes ids to text like llama.cpp's `detokenize`: the tokens' bytes concatenated (control and unknown
+    /// tokens left out when `skip_special`), the space added by `add_space_prefix` removed from the first
+    /// token, `clean_spaces` applied where the vocabulary enables it, invalid UTF-8 replaced by U+FFFD.
+    /// Unlike llama.cpp, a skipped BOS does not keep that first space. A `tokenizer.json` decodes through
+    /// its own decoder.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        if let Engine::HfJson { .. } = self.engine {
+            return self
+                .tokenizer
+                .decode(ids, skip_special)
+                .map_err(|e| tok_err(format!("decoding: {e}")));
+        }
+        let mut bytes = Vec::new();
+        let mut strip_space = self.add_space_prefix || self.kind == TokenizerKind::WordPiece;
+        for &id in ids {
+            let piece = self.token_bytes(id)?;
+            let a = self.vocab.attrs[id as usize];
+            if skip_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
+                continue;
+            }
+            let piece = match piece {
+                [b' ', rest @ ..] if strip_space => rest,
+                p => p,
+            };
+            strip_space = false;
+            bytes.extend_from_slice(piece);
+        }
+        if self.clean_spaces {
+            clean_spaces(&mut bytes);
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// The raw bytes token `id` stands for (llama.cpp `token_to_piece` with specials shown): byte-level BPE
+    /// characters mapped back to bytes, SentencePiece `▁` as a space and `<0xNN>` as the byte, control and
+    /// user-defined tokens as their text. One token may hold part of a UTF-8 character; concatenate bytes
+    /// before converting to text.
+    pub fn token_bytes(&self, id: u32) -> Result<&[u8]> {
+        self.vocab
+            .pieces
+            .get(id as usize)
+            .map(Vec::as_slice)
+            .ok_or_else(|| {
+                tok_err(format!(
+                    "token id {id} is outside the vocabulary of {}",
+                    self.vocab_size
+                ))
+            })
+    }
+
+    /// The stored text of token `id` (e.g. `Ġthe`, `▁the`, `<|im_end|>`).
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.vocab.texts.get(id as usize).map(String::as_str)
+    }
+
+    /// The id of the token whose stored text is exactly `text`.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.vocab.ids.get(text).copied()
+    }
+
+    /// Whether `id` is a control token (rendered only when specials are shown).
+    pub fn is_control(&self, id: u32) -> bool {
+        self.vocab
+            .attrs
+            .get(id as usize)
+            .is_some_and(|a| a & attr::CONTROL != 0)
+    }
+
+    /// Whether generating `id` ends generation (see [`GgufTokenizer::eot_ids`]).
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eot_ids.binary_search(&id).is_ok()
+    }
+
+    /// Checks the vocabulary against a model's token embedding: the row count must equal the vocabulary
+    /// size and every special id must index a row.
+    pub fn validate_against_model(&self, n_embd_rows: usize) -> Result<()> {
+        if self.vocab_size != n_embd_rows {
+            return Err(tok_err(format!(
+                "the vocabulary has {} tokens but the token embedding has {n_embd_rows} rows",
+                self.vocab_size
+            )));
+        }
+        let named = [
+            ("BOS", self.bos_id),
+            ("EOS", self.eos_id),
+            ("SEP", self.sep_id),
+            ("UNK", self.unk_id),
+            ("PAD", self.pad_id),
+        ];
+        let listed = self
+            .eot_ids
+            .iter()
+            .chain(&self.special_ids)
+            .map(|&id| ("special", Some(id)));
+        for (what, id) in named.into_iter().chain(listed) {
+            if let Some(id) = id
+                && id as usize >= n_embd_rows
+            {
+                return Err(tok_err(format!(
+                    "{what} token id {id} is outside the token embedding's {n_embd_rows} rows"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// llama.cpp's `clean_spaces` passes (Hugging Face `clean_up_tokenization_spaces`), ported literally
+/// (in place, as llama.cpp does, so that its corner cases match too).
+fn clean_spaces(text: &mut Vec<u8>) {
+    // " ?", " !", " .", " ," lose the space
+    let n = text.len();
+    if n == 0 {
+        return;
+    }
+    let mut total = 1;
+    for i in 1..n {
+        let x = text[i];
+        if text[i - 1] == b' ' && matches!(x, b'?' | b'!' | b'.' | b',') {
+            total -= 1;
+        }
+        text[total] = x;
+        total += 1;
+    }
+    text.truncate(total);
+    // " ' " loses both spaces
+    let n = text.len();
+    let mut total = 1;
+    let mut i = 1;
+    while i < n {
+        let x = text[i];
+        if x == b'\'' && i + 1 < n && text[i - 1] == b' ' && text[i + 1] == b' ' {
+            total -= 1;
+            i += 1;
+            text[i] = 0;
+        }
+        text[total] = x;
+        total += 1;
+        i += 1;
+    }
+    text.truncate(total);
+    // " 's", " 'm", " 're", " 've" lose the space
+    let n = text.len();
+    let mut total = 1;
+    for i in 1..n {
+        let x = text[i];
+        if text[i - 1] == b' ' && x == b'\'' && i + 1 < n {
+            let x1 = text[i + 1];
+            if matches!(x1, b's' | b'm')
+                || (i + 2 < n && matches!((x1, text[i + 2]), (b'r' | b'v', b'e')))
+            {
+                total -= 1;
+            }
+        }
+        text[total] = x;
+        total += 1;
+    }
+    text.truncate(total);
+}
+
+/// GPT-2's byte-to-character map, inverted: printable Latin-1 bytes stand for themselves, the other 68
+/// bytes for U+0100.. in byte order. `GPT2_CHAR_BYTE[c]` is the byte of char `c`, or -1.
+const GPT2_CHAR_BYTE: [i16; 324] = {
+    let mut table = [-1i16; 324];
+    let mut n = 0;
+    let mut b = 0;
+    while b < 256 {
+        let keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+        if keep {
+            table[b] = b as i16;
+        } else {
+            table[256 + n] = b as i16;
+            n += 1;
+        }
+        b += 1;
+    }
+    table
+};
+
+/// The byte a GPT-2 byte-level character stands for.
+pub(crate) fn gpt2_char_byte(c: char) -> Option<u8> {
+    let b = *GPT2_CHAR_BYTE.get(c as usize)?;
+    u8::try_from(b).ok()
+}
+
+/// Parses a `<0xNN>` byte-token text.
+pub(crate) fn parse_byte_token(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gpt2_table_round_trips() {
+        assert_eq!(gpt2_char_byte('Ġ'), Some(b' '));
+        assert_eq!(gpt2_char_byte('Ċ'), Some(b'\n'));
+        assert_eq!(gpt2_char_byte('ĉ'), Some(b'\t'));
+        assert_eq!(gpt2_char_byte('a'), Some(b'a'));
+        assert_eq!(gpt2_char_byte('\u{00AD}'), None);
+        assert_eq!(gpt2_char_byte('\u{2581}'), None);
+        let mut seen = [false; 256];
+        for c in (0..324u32).filter_map(char::from_u32) {
+            if let Some(b) = gpt2_char_byte(c) {
+                assert!(!seen[b as usize], "byte {b} twice");
+                seen[b as usize] = true;
+            }
+        }
+        assert!(seen.iter().all(|&x| x));
+    }
+
+    #[test]
+    fn tokenizer_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<GgufTokenizer>();
+    }
+
+    #[test]
+    fn byte_tokens_parse() {
+        assert_eq!(parse_byte_token("<0x0A>"), Some(10));
+        assert_eq!(parse_byte_token("<0xff>"), Some(255));
+        assert_eq!(parse_byte_token("<0x1>"), None);
+        assert_eq!(parse_byte_token("0x0A"), None);
+    }
+
+    #[test]
+    fn clean_spaces_as_llama_cpp() {
+        let mut t = b"Hello , world ! it 's a ' b I 'd".to_vec();
+        clean_spaces(&mut t);
+        assert_eq!(String::from_utf8(t).unwrap(), "Hello, world! it's a'b I 'd");
+    }
+}
