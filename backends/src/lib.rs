@@ -1,1 +1,210 @@
-//! placeholder
+//! # cinder-backends
+//!
+//! The only crate that names concrete Burn backends. Cargo features (`flex` default, `ndarray`, `candle`,
+//! `wgpu`, `cuda`) decide which are compiled in; everything else in Cinder is generic over
+//! [`burn::tensor::backend::Backend`] and reaches a concrete backend only through [`dispatch`].
+#![warn(missing_docs)]
+
+use std::fmt;
+use std::str::FromStr;
+
+pub use burn::tensor::backend::Backend;
+
+/// Errors choosing or starting a backend.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// The name is not a backend Cinder knows.
+    #[error("unknown backend {0:?} (known: flex, ndarray, candle, wgpu, cuda)")]
+    Unknown(String),
+    /// The backend exists but this binary was built without its Cargo feature.
+    #[error(
+        "backend {name} is not compiled in; rebuild with `--features {name}` (compiled in: {compiled})"
+    )]
+    NotCompiled {
+        /// requested backend
+        name: String,
+        /// the ones available
+        compiled: String,
+    },
+    /// No backend at all was compiled in.
+    #[error("no backend compiled in: enable one of the features flex, ndarray, candle, wgpu, cuda")]
+    NoneCompiled,
+    /// The thread pool could not be configured.
+    #[error("cannot set up {threads} CPU threads: {reason}")]
+    Threads {
+        /// requested thread count
+        threads: usize,
+        /// why
+        reason: String,
+    },
+}
+
+/// The backends Cinder can be built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// burn-flex: Burn's fast portable CPU backend (default).
+    Flex,
+    /// burn-ndarray: CPU.
+    Ndarray,
+    /// burn-candle: candle's CPU backend.
+    Candle,
+    /// burn-wgpu: Vulkan / Metal / DX12 (and Mesa lavapipe on machines without a GPU).
+    Wgpu,
+    /// burn-cuda: NVIDIA GPUs.
+    Cuda,
+}
+
+impl BackendKind {
+    /// Every kind, in order of preference for the default.
+    pub const ALL: [BackendKind; 5] = [
+        BackendKind::Flex,
+        BackendKind::Ndarray,
+        BackendKind::Candle,
+        BackendKind::Wgpu,
+        BackendKind::Cuda,
+    ];
+
+    /// The CLI / feature name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Flex => "flex",
+            BackendKind::Ndarray => "ndarray",
+            BackendKind::Candle => "candle",
+            BackendKind::Wgpu => "wgpu",
+            BackendKind::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this binary was built with the backend.
+    pub fn is_compiled(self) -> bool {
+        match self {
+            BackendKind::Flex => cfg!(feature = "flex"),
+            BackendKind::Ndarray => cfg!(feature = "ndarray"),
+            BackendKind::Candle => cfg!(feature = "candle"),
+            BackendKind::Wgpu => cfg!(feature = "wgpu"),
+            BackendKind::Cuda => cfg!(feature = "cuda"),
+        }
+    }
+
+    /// Whether the backend computes on the CPU (and so honours `--threads`).
+    pub fn is_cpu(self) -> bool {
+        matches!(
+            self,
+            BackendKind::Flex | BackendKind::Ndarray | BackendKind::Candle
+        )
+    }
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = BackendError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        BackendKind::ALL
+            .into_iter()
+            .find(|k| k.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| BackendError::Unknown(s.to_string()))
+    }
+}
+
+/// The backends compiled into this binary.
+pub fn compiled() -> Vec<BackendKind> {
+    BackendKind::ALL
+        .into_iter()
+        .filter(|k| k.is_compiled())
+        .collect()
+}
+
+/// The default backend: the first compiled CPU backend, else the first compiled one.
+pub fn default_kind() -> Result<BackendKind, BackendError> {
+    let c = compiled();
+    c.iter()
+        .copied()
+        .find(|k| k.is_cpu())
+        .or_else(|| c.first().copied())
+        .ok_or(BackendError::NoneCompiled)
+}
+
+/// Sets the CPU thread count (rayon's global pool, which flex, ndarray and candle use). Call once, before
+/// the first tensor operation; a second call with a different count is refused.
+pub fn set_threads(threads: usize) -> Result<(), BackendError> {
+    if threads == 0 {
+        return Err(BackendError::Threads {
+            threads,
+            reason: "thread count must be at least 1".into(),
+        });
+    }
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+    {
+        Ok(()) => Ok(()),
+        Err(e) if rayon::current_num_threads() == threads => {
+            tracing::debug!("thread pool already set up: {e}");
+            Ok(())
+        }
+        Err(e) => Err(BackendError::Threads {
+            threads,
+            reason: e.to_string(),
+        }),
+    }
+}
+
+/// Code that runs on whichever backend the user picked: implement this once, generically, and hand it to
+/// [`dispatch`].
+pub trait BackendTask {
+    /// What the task returns.
+    type Output;
+    /// Runs on backend `B` with its default device.
+    fn run<B: Backend>(self, device: B::Device) -> Self::Output;
+}
+
+/// Runs `task` on the backend `kind` (which must be compiled in).
+pub fn dispatch<T: BackendTask>(kind: BackendKind, task: T) -> Result<T::Output, BackendError> {
+    // Without any backend feature every arm below is the error arm and `task` goes unused.
+    let _ = &task;
+    match kind {
+        #[cfg(feature = "flex")]
+        BackendKind::Flex => Ok(task.run::<types::Flex>(Default::default())),
+        #[cfg(feature = "ndarray")]
+        BackendKind::Ndarray => Ok(task.run::<types::NdArray>(Default::default())),
+        #[cfg(feature = "candle")]
+        BackendKind::Candle => Ok(task.run::<types::Candle>(Default::default())),
+        #[cfg(feature = "wgpu")]
+        BackendKind::Wgpu => Ok(task.run::<types::Wgpu>(Default::default())),
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => Ok(task.run::<types::Cuda>(Default::default())),
+        #[allow(unreachable_patterns)]
+        other => Err(BackendError::NotCompiled {
+            name: other.name().to_string(),
+            compiled: compiled()
+                .iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }),
+    }
+}
+
+/// Concrete backend types, one alias per compiled feature (f32 floats throughout).
+pub mod types {
+    /// burn-flex CPU backend.
+    #[cfg(feature = "flex")]
+    pub type Flex = burn_flex::Flex<f32>;
+    /// burn-ndarray CPU backend.
+    #[cfg(feature = "ndarray")]
+    pub type NdArray = burn_ndarray::NdArray<f32>;
+    /// burn-candle CPU backend.
+    #[cfg(feature = "candle")]
+    pub type Candle = burn_candle::Candle<f32, i64>;
+    /// burn-wgpu backend.
+    #[cfg(feature = "wgpu")]
+    pub type Wgpu = burn_wgpu::Wgpu<f32, i32>;
+    /// burn-cuda backend.
+    #[cfg(feature = "cuda")]
+    pub type Cuda = burn_cuda::Cuda<f32, i32>;
+}

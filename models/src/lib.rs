@@ -1,1 +1,17 @@
-//! placeholder
+//! # cinder-models
+//!
+//! Model architectures written once against Burn's `Backend` trait: [`llama`] (Llama, SmolLM, Mistral,
+//! Qwen2) and [`gemma3`]. Each has a `Config` with `validate()`, a `load` from a [`WeightSource`], and a
+//! `forward` that goes through the runtime's linear layer and attention op, so models never branch on
+//! backend, quantization or cache layout.
+#![warn(missing_docs)]
+
+mod any;
+mod error;
+pub mod layers;
+pub mod llama;
+mod loader;
+
+pub use any::AnyModel;
+pub use error::{ModelError, Result};
+pub use loader::WeightSource;

@@ -1,1 +1,17 @@
-//! placeholder
+//! # cinder-runtime
+//!
+//! Backend-agnostic machinery between a model and a user: the attention op and its KV cache, the linear
+//! layer abstraction, sampling, the generation loop, and the tokenizer wrapper (chat templates,
+//! incremental detokenization). Models call into this crate; it never names a concrete backend.
+#![warn(missing_docs)]
+
+pub mod attention;
+mod error;
+pub mod eval;
+pub mod generate;
+pub mod model;
+pub mod quant;
+pub mod sampler;
+pub mod tokenizer;
+
+pub use error::{Result, RuntimeError};

@@ -1,1 +1,153 @@
-fn main() {}
+//! The `cinder` command line. Results go to stdout; logs and progress go to stderr.
+
+mod bench;
+mod generate_cmd;
+mod info;
+mod perplexity;
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use cinder::backends::{self, BackendKind};
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "cinder",
+    version,
+    about = "LLM and embedding inference on Burn"
+)]
+struct Cli {
+    /// Backend to run on (those compiled in; default: the first compiled CPU backend).
+    #[arg(long, global = true)]
+    backend: Option<String>,
+    /// CPU threads for CPU backends (default: all cores).
+    #[arg(long, global = true)]
+    threads: Option<usize>,
+    /// Log more (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    cmd: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Generate text from a prompt; streams only the generated text to stdout.
+    Run(generate_cmd::RunArgs),
+    /// Chat with the model using its chat template (interactive, or one turn with --prompt).
+    Chat(generate_cmd::ChatArgs),
+    /// Score a text file the way llama-perplexity does.
+    Perplexity(perplexity::PerplexityArgs),
+    /// Show architecture, sizes, tensor types, tokenizer and checksum of a model.
+    Info(info::InfoArgs),
+    /// Measure prompt-processing and generation speed.
+    Bench(bench::BenchArgs),
+    /// Download a catalog model into the cache (or list the catalog).
+    Pull(PullArgs),
+}
+
+#[derive(Args, Debug)]
+struct PullArgs {
+    /// Catalog name (see --list).
+    name: Option<String>,
+    /// Re-download even if a verified copy is cached.
+    #[arg(long)]
+    force: bool,
+    /// List catalog entries.
+    #[arg(long)]
+    list: bool,
+}
+
+/// Resolves a MODEL argument (catalog name or path) to a file path, pulling if needed.
+pub fn resolve_model(model: &str) -> Result<PathBuf> {
+    let r =
+        cinder::catalog::resolve(model).with_context(|| format!("resolving model {model:?}"))?;
+    Ok(r.path)
+}
+
+fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn pick_backend(cli: &Cli) -> Result<BackendKind> {
+    let kind = match &cli.backend {
+        Some(name) => {
+            let k: BackendKind = name.parse()?;
+            if !k.is_compiled() {
+                // dispatch would say the same; say it before loading anything
+                anyhow::bail!(backends::BackendError::NotCompiled {
+                    name: k.name().into(),
+                    compiled: backends::compiled()
+                        .iter()
+                        .map(|k| k.name())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+            k
+        }
+        None => backends::default_kind()?,
+    };
+    if let Some(t) = cli.threads {
+        if kind.is_cpu() {
+            backends::set_threads(t)?;
+        } else {
+            tracing::warn!("--threads has no effect on the {kind} backend");
+        }
+    }
+    Ok(kind)
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    match &cli.cmd {
+        Command::Pull(p) => pull(p),
+        Command::Info(a) => info::run(a),
+        _ => {
+            let kind = pick_backend(&cli)?;
+            tracing::info!(backend = %kind, "backend selected");
+            let threads = cli.threads;
+            match cli.cmd {
+                Command::Run(a) => backends::dispatch(kind, generate_cmd::RunTask(a))?,
+                Command::Chat(a) => backends::dispatch(kind, generate_cmd::ChatTask(a))?,
+                Command::Perplexity(a) => backends::dispatch(kind, perplexity::Task(a))?,
+                Command::Bench(a) => backends::dispatch(
+                    kind,
+                    bench::Task {
+                        args: a,
+                        kind,
+                        threads,
+                    },
+                )?,
+                Command::Pull(_) | Command::Info(_) => unreachable!("handled above"),
+            }
+        }
+    }
+}
+
+fn pull(p: &PullArgs) -> Result<()> {
+    if p.list || p.name.is_none() {
+        for e in cinder::catalog::entries() {
+            println!("{:<32} {:<22} {}", e.name, e.kind.as_str(), e.description);
+        }
+        return Ok(());
+    }
+    let name = p.name.as_deref().unwrap_or_default();
+    let pulled = cinder::catalog::pull(name, cinder::catalog::PullOptions { force: p.force })?;
+    for f in &pulled.files {
+        println!("{}  {}", f.sha256, f.path.display());
+    }
+    Ok(())
+}

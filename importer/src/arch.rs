@@ -1,0 +1,188 @@
+//! Per-architecture knowledge: config from GGUF metadata and the declarative table mapping a model's
+//! module paths to GGUF tensor names.
+
+use cinder_gguf::{GgufError, GgufFile};
+use cinder_models::llama::{LlamaConfig, RopeLayout};
+
+use crate::error::{ImportError, Result};
+
+/// GGUF `general.architecture` values served by [`cinder_models::llama`].
+pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2"];
+
+/// Module path pattern -> GGUF tensor name pattern (`{i}` = block index), Llama family.
+pub const LLAMA_GGUF_NAMES: &[(&str, &str)] = &[
+    ("embed", "token_embd"),
+    ("norm", "output_norm"),
+    ("lm_head", "output"),
+    ("layers.{i}.attn_norm", "blk.{i}.attn_norm"),
+    ("layers.{i}.attn.wq", "blk.{i}.attn_q"),
+    ("layers.{i}.attn.wk", "blk.{i}.attn_k"),
+    ("layers.{i}.attn.wv", "blk.{i}.attn_v"),
+    ("layers.{i}.attn.wo", "blk.{i}.attn_output"),
+    ("layers.{i}.ffn_norm", "blk.{i}.ffn_norm"),
+    ("layers.{i}.mlp.gate", "blk.{i}.ffn_gate"),
+    ("layers.{i}.mlp.up", "blk.{i}.ffn_up"),
+    ("layers.{i}.mlp.down", "blk.{i}.ffn_down"),
+];
+
+/// Gemma 3: the Llama table plus QK-norms and post-norms.
+pub const GEMMA3_GGUF_NAMES: &[(&str, &str)] = &[
+    ("embed", "token_embd"),
+    ("norm", "output_norm"),
+    ("lm_head", "output"),
+    ("layers.{i}.attn_norm", "blk.{i}.attn_norm"),
+    ("layers.{i}.attn.wq", "blk.{i}.attn_q"),
+    ("layers.{i}.attn.wk", "blk.{i}.attn_k"),
+    ("layers.{i}.attn.wv", "blk.{i}.attn_v"),
+    ("layers.{i}.attn.wo", "blk.{i}.attn_output"),
+    ("layers.{i}.attn.q_norm", "blk.{i}.attn_q_norm"),
+    ("layers.{i}.attn.k_norm", "blk.{i}.attn_k_norm"),
+    ("layers.{i}.post_attn_norm", "blk.{i}.post_attention_norm"),
+    ("layers.{i}.ffn_norm", "blk.{i}.ffn_norm"),
+    ("layers.{i}.post_ffn_norm", "blk.{i}.post_ffw_norm"),
+    ("layers.{i}.mlp.gate", "blk.{i}.ffn_gate"),
+    ("layers.{i}.mlp.up", "blk.{i}.ffn_up"),
+    ("layers.{i}.mlp.down", "blk.{i}.ffn_down"),
+];
+
+/// Maps a module path (`layers.3.attn.wq`) to its GGUF base name (`blk.3.attn_q`) through `table`.
+pub fn map_name(table: &[(&str, &str)], path: &str) -> Option<String> {
+    // Split a leading `layers.N.` into the index and the rest.
+    let (index, pattern) = match path.strip_prefix("layers.") {
+        Some(rest) => {
+            let (n, tail) = rest.split_once('.')?;
+            let _: usize = n.parse().ok()?;
+            (Some(n), format!("layers.{{i}}.{tail}"))
+        }
+        None => (None, path.to_string()),
+    };
+    let (_, gguf) = table.iter().find(|(m, _)| *m == pattern)?;
+    Some(match index {
+        Some(n) => gguf.replace("{i}", n),
+        None => gguf.to_string(),
+    })
+}
+
+/// Key `{arch}.{suffix}`.
+fn key(arch: &str, suffix: &str) -> String {
+    format!("{arch}.{suffix}")
+}
+
+/// A usize-valued key (refusing absurd values that would overflow later arithmetic).
+fn get_usize(f: &GgufFile, k: &str) -> Result<usize> {
+    let v = f.get_u64(k)?;
+    checked_usize(k, v)
+}
+
+fn opt_usize(f: &GgufFile, k: &str) -> Result<Option<usize>> {
+    f.opt_u64(k)?.map(|v| checked_usize(k, v)).transpose()
+}
+
+fn checked_usize(k: &str, v: u64) -> Result<usize> {
+    if v > (1 << 32) {
+        return Err(GgufError::BadKey {
+            key: k.to_string(),
+            reason: format!("value {v} is implausibly large"),
+        }
+        .into());
+    }
+    Ok(v as usize)
+}
+
+/// The embedding table's rows (the vocabulary size the weights were trained with).
+pub fn embedding_rows(f: &GgufFile) -> Result<usize> {
+    let t = f.require_tensor("token_embd.weight")?;
+    match t.dims.as_slice() {
+        [_, rows] => Ok(*rows as usize),
+        dims => Err(GgufError::BadTensorShape {
+            name: t.name.clone(),
+            reason: format!("expected 2 dims, found {dims:?}"),
+            offset: 0,
+        }
+        .into()),
+    }
+}
+
+/// Builds a [`LlamaConfig`] from GGUF metadata (`llama.*`, `mistral.*`, `qwen2.*`).
+pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
+    let arch = f.architecture()?;
+    if !LLAMA_FAMILY.contains(&arch) {
+        return Err(ImportError::UnsupportedArch(
+            arch.to_string(),
+            LLAMA_FAMILY.join(", "),
+        ));
+    }
+    let d_model = get_usize(f, &key(arch, "embedding_length"))?;
+    let n_layers = get_usize(f, &key(arch, "block_count"))?;
+    let n_heads = get_usize(f, &key(arch, "attention.head_count"))?;
+    let n_kv_heads = opt_usize(f, &key(arch, "attention.head_count_kv"))?.unwrap_or(n_heads);
+    if n_heads == 0 {
+        return Err(GgufError::BadKey {
+            key: key(arch, "attention.head_count"),
+            reason: "is 0".into(),
+        }
+        .into());
+    }
+    let head_dim = opt_usize(f, &key(arch, "attention.key_length"))?.unwrap_or(d_model / n_heads);
+    let ffn_dim = get_usize(f, &key(arch, "feed_forward_length"))?;
+    let rms_eps = f
+        .opt_f64(&key(arch, "attention.layer_norm_rms_epsilon"))?
+        .unwrap_or(1e-5);
+    let rope_theta = f.opt_f64(&key(arch, "rope.freq_base"))?.unwrap_or(10000.0);
+    let rope_dim = opt_usize(f, &key(arch, "rope.dimension_count"))?.unwrap_or(head_dim);
+    let context_length = opt_usize(f, &key(arch, "context_length"))?.unwrap_or(4096);
+    let rope_linear_scale = match f
+        .get(&key(arch, "rope.scaling.type"))
+        .and_then(|v| v.as_str())
+    {
+        Some("linear") => f.opt_f64(&key(arch, "rope.scaling.factor"))?.unwrap_or(1.0),
+        _ => 1.0,
+    };
+    // llama.cpp: LLAMA_ROPE_TYPE_NORM for llama/mistral (the converter permuted Q/K), NEOX for qwen2.
+    let rope_layout = match arch {
+        "qwen2" => RopeLayout::Neox,
+        _ => RopeLayout::Interleaved,
+    };
+    let cfg = LlamaConfig::new(
+        embedding_rows(f)?,
+        d_model,
+        n_layers,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        ffn_dim,
+        rope_dim,
+    )
+    .with_rms_eps(rms_eps)
+    .with_rope_theta(rope_theta)
+    .with_rope_layout(rope_layout)
+    .with_rope_linear_scale(rope_linear_scale)
+    .with_context_length(context_length)
+    .with_qkv_bias(f.tensor("blk.0.attn_q.bias").is_some())
+    .with_tie_embeddings(f.tensor("output.weight").is_none());
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_through_the_table() {
+        assert_eq!(
+            map_name(LLAMA_GGUF_NAMES, "layers.12.attn.wq").as_deref(),
+            Some("blk.12.attn_q")
+        );
+        assert_eq!(
+            map_name(LLAMA_GGUF_NAMES, "embed").as_deref(),
+            Some("token_embd")
+        );
+        assert_eq!(map_name(LLAMA_GGUF_NAMES, "layers.x.attn.wq"), None);
+        assert_eq!(map_name(LLAMA_GGUF_NAMES, "layers.1.nope"), None);
+        assert_eq!(
+            map_name(GEMMA3_GGUF_NAMES, "layers.0.post_ffn_norm").as_deref(),
+            Some("blk.0.post_ffw_norm")
+        );
+    }
+}

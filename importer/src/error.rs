@@ -1,0 +1,24 @@
+//! The importer's one error type.
+
+/// Errors turning a checkpoint into a model.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The GGUF file is malformed or lacks what the architecture needs.
+    #[error(transparent)]
+    Gguf(#[from] cinder_gguf::GgufError),
+    /// The model could not be built from the weights.
+    #[error(transparent)]
+    Model(#[from] cinder_models::ModelError),
+    /// A catalog lookup or download failed.
+    #[error(transparent)]
+    Catalog(#[from] cinder_catalog::CatalogError),
+    /// The architecture named in the file is not one Cinder implements.
+    #[error("unsupported architecture {0:?} (supported: {1})")]
+    UnsupportedArch(String, String),
+    /// The tokenizer does not fit the model.
+    #[error("tokenizer does not match the model: {0}")]
+    TokenizerMismatch(String),
+}
+
+/// Result alias for this crate.
+pub type Result<T, E = ImportError> = std::result::Result<T, E>;

@@ -1,0 +1,102 @@
+//! Loading a GGUF file into a ready model + tokenizer.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::backend::Backend;
+use cinder_gguf::GgufFile;
+use cinder_gguf::tokenizer::GgufTokenizer;
+use cinder_models::AnyModel;
+use cinder_models::llama::Llama;
+
+use crate::arch::{self, LLAMA_FAMILY, LLAMA_GGUF_NAMES};
+use crate::error::{ImportError, Result};
+use crate::gguf_weights::GgufWeights;
+
+/// What `cinder info` reports about a file.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    /// the file
+    pub path: PathBuf,
+    /// `general.architecture`
+    pub arch: String,
+    /// `general.name`, if set
+    pub name: Option<String>,
+    /// GGUF version
+    pub gguf_version: u32,
+    /// file size in bytes
+    pub file_bytes: u64,
+    /// total parameters (elements of all tensors)
+    pub n_params: u64,
+    /// tensor count by storage type
+    pub type_histogram: BTreeMap<String, usize>,
+    /// tokenizer model (`gpt2`, `llama`, `bert`)
+    pub tokenizer_model: String,
+}
+
+impl ModelInfo {
+    /// Collects the info from an open file.
+    pub fn from_gguf(path: &Path, f: &GgufFile) -> Self {
+        let mut type_histogram = BTreeMap::new();
+        for t in f.tensors() {
+            *type_histogram
+                .entry(t.ggml_type.name().to_string())
+                .or_insert(0) += 1;
+        }
+        Self {
+            path: path.to_path_buf(),
+            arch: f.architecture().unwrap_or("?").to_string(),
+            name: f
+                .get("general.name")
+                .and_then(|v| v.as_str())
+                .map(str::to_string),
+            gguf_version: f.version(),
+            file_bytes: f.bytes().len() as u64,
+            n_params: f.tensors().iter().map(|t| t.n_elements()).sum(),
+            type_histogram,
+            tokenizer_model: f
+                .get("tokenizer.ggml.model")
+                .and_then(|v| v.as_str())
+                .unwrap_or("none")
+                .to_string(),
+        }
+    }
+}
+
+/// A model ready to run, with its tokenizer and the file it came from.
+pub struct LoadedModel<B: Backend> {
+    /// the network
+    pub model: AnyModel<B>,
+    /// the tokenizer built from the same file
+    pub tokenizer: GgufTokenizer,
+    /// file facts
+    pub info: ModelInfo,
+}
+
+/// Opens `path`, validates it, builds the tokenizer and the model on `device`.
+pub fn load_gguf<B: Backend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
+    let file = GgufFile::open(path)?;
+    let info = ModelInfo::from_gguf(path, &file);
+    let tokenizer = GgufTokenizer::from_gguf(&file)?;
+    let rows = arch::embedding_rows(&file)?;
+    tokenizer
+        .validate_against_model(rows)
+        .map_err(|e| ImportError::TokenizerMismatch(e.to_string()))?;
+    let arch_name = file.architecture()?.to_string();
+    let model = if LLAMA_FAMILY.contains(&arch_name.as_str()) {
+        let cfg = arch::llama_config(&file)?;
+        let mut src = GgufWeights::<B>::new(&file, LLAMA_GGUF_NAMES, device.clone());
+        AnyModel::Llama(Llama::load(cfg, &mut src)?)
+    } else {
+        return Err(ImportError::UnsupportedArch(
+            arch_name,
+            LLAMA_FAMILY.join(", "),
+        ));
+    };
+    tracing::info!(arch = %info.arch, params = info.n_params, "model loaded");
+    Ok(LoadedModel {
+        model,
+        tokenizer,
+        info,
+    })
+}

@@ -1,0 +1,56 @@
+//! One type for "whichever architecture the file holds", so callers stay generic over the backend only.
+
+use burn::tensor::{Int, Tensor, backend::Backend};
+use cinder_runtime::attention::AttentionCache;
+use cinder_runtime::model::{CausalLm, Logits};
+
+use crate::llama::Llama;
+
+/// A loaded language model of any supported architecture.
+#[derive(Debug)]
+pub enum AnyModel<B: Backend> {
+    /// Llama, SmolLM, Mistral, Qwen2
+    Llama(Llama<B>),
+}
+
+impl<B: Backend> AnyModel<B> {
+    /// Short architecture name.
+    pub fn arch(&self) -> &'static str {
+        match self {
+            AnyModel::Llama(_) => "llama",
+        }
+    }
+
+    fn inner(&self) -> &dyn CausalLm<B> {
+        match self {
+            AnyModel::Llama(m) => m,
+        }
+    }
+}
+
+impl<B: Backend> CausalLm<B> for AnyModel<B> {
+    fn forward(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        cache: &mut dyn AttentionCache<B>,
+        logits: Logits,
+    ) -> Tensor<B, 3> {
+        self.inner().forward(tokens, cache, logits)
+    }
+
+    fn n_layers(&self) -> usize {
+        self.inner().n_layers()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.inner().vocab_size()
+    }
+
+    fn context_length(&self) -> usize {
+        self.inner().context_length()
+    }
+
+    fn device(&self) -> B::Device {
+        self.inner().device()
+    }
+}

@@ -1,0 +1,280 @@
+//! Llama-family decoder (Llama 2/3, SmolLM, Mistral, Qwen2).
+//!
+//! References: Touvron et al., 2023, "LLaMA: Open and Efficient Foundation Language Models"; llama.cpp's
+//! `llm_build_llama` / `llm_build_qwen2` graphs for the GGUF conventions. Pre-norm blocks with RMSNorm,
+//! rotary embeddings, grouped-query attention (Q/K/V biases for Qwen2) and a SwiGLU MLP.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{Int, Tensor, backend::Backend};
+use cinder_runtime::attention::{AttentionCache, AttentionParams};
+use cinder_runtime::model::{CausalLm, Logits};
+use cinder_runtime::quant::QLinear;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ModelError, Result};
+use crate::layers::{Embedding, OutputHead, RmsNorm, Rope, RopeStyle, silu};
+use crate::loader::WeightSource;
+
+/// RoPE pairing as stored in the checkpoint (serializable mirror of [`RopeStyle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RopeLayout {
+    /// adjacent pairs (GGUF Llama/Mistral)
+    Interleaved,
+    /// halves (Qwen2, HF-layout weights)
+    Neox,
+}
+
+impl From<RopeLayout> for RopeStyle {
+    fn from(l: RopeLayout) -> Self {
+        match l {
+            RopeLayout::Interleaved => RopeStyle::Interleaved,
+            RopeLayout::Neox => RopeStyle::Neox,
+        }
+    }
+}
+
+/// Hyper-parameters of a Llama-family model.
+#[derive(Config, Debug, PartialEq)]
+pub struct LlamaConfig {
+    /// vocabulary size (embedding rows)
+    pub vocab_size: usize,
+    /// model width
+    pub d_model: usize,
+    /// transformer blocks
+    pub n_layers: usize,
+    /// query heads
+    pub n_heads: usize,
+    /// key/value heads (GQA)
+    pub n_kv_heads: usize,
+    /// per-head width
+    pub head_dim: usize,
+    /// MLP hidden width
+    pub ffn_dim: usize,
+    /// RMSNorm epsilon
+    #[config(default = 1e-5)]
+    pub rms_eps: f64,
+    /// RoPE frequency base
+    #[config(default = 10000.0)]
+    pub rope_theta: f64,
+    /// dims rotated per head
+    pub rope_dim: usize,
+    /// RoPE pairing
+    #[config(default = "RopeLayout::Interleaved")]
+    pub rope_layout: RopeLayout,
+    /// linear RoPE scaling factor (1 = none)
+    #[config(default = 1.0)]
+    pub rope_linear_scale: f64,
+    /// trained context length
+    #[config(default = 4096)]
+    pub context_length: usize,
+    /// Q/K/V projections carry biases (Qwen2)
+    #[config(default = false)]
+    pub qkv_bias: bool,
+    /// the output projection reuses the token embedding
+    #[config(default = false)]
+    pub tie_embeddings: bool,
+    /// Mistral-style sliding-window attention
+    #[config(default = "None")]
+    pub sliding_window: Option<usize>,
+}
+
+impl LlamaConfig {
+    /// Checks the shapes fit together.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| {
+            Err(ModelError::Config {
+                arch: "llama".into(),
+                reason,
+            })
+        };
+        for (name, v) in [
+            ("vocab_size", self.vocab_size),
+            ("d_model", self.d_model),
+            ("n_layers", self.n_layers),
+            ("n_heads", self.n_heads),
+            ("n_kv_heads", self.n_kv_heads),
+            ("head_dim", self.head_dim),
+            ("ffn_dim", self.ffn_dim),
+            ("context_length", self.context_length),
+        ] {
+            if v == 0 {
+                return bad(format!("{name} is 0"));
+            }
+        }
+        if self.n_heads % self.n_kv_heads != 0 {
+            return bad(format!(
+                "n_heads {} is not a multiple of n_kv_heads {}",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if self.rope_dim == 0 || self.rope_dim % 2 != 0 || self.rope_dim > self.head_dim {
+            return bad(format!(
+                "rope_dim {} must be even and in 1..={}",
+                self.rope_dim, self.head_dim
+            ));
+        }
+        if !(self.rms_eps > 0.0 && self.rms_eps < 1.0) {
+            return bad(format!("rms_eps {} out of range", self.rms_eps));
+        }
+        if !(self.rope_theta > 1.0 && self.rope_theta.is_finite()) {
+            return bad(format!("rope_theta {} out of range", self.rope_theta));
+        }
+        if !(self.rope_linear_scale > 0.0 && self.rope_linear_scale.is_finite()) {
+            return bad(format!(
+                "rope_linear_scale {} out of range",
+                self.rope_linear_scale
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One transformer block.
+#[derive(Module, Debug)]
+pub struct LlamaBlock<B: Backend> {
+    attn_norm: RmsNorm<B>,
+    wq: QLinear<B>,
+    wk: QLinear<B>,
+    wv: QLinear<B>,
+    wo: QLinear<B>,
+    ffn_norm: RmsNorm<B>,
+    w_gate: QLinear<B>,
+    w_up: QLinear<B>,
+    w_down: QLinear<B>,
+}
+
+/// A Llama-family model.
+#[derive(Module, Debug)]
+pub struct Llama<B: Backend> {
+    embed: Embedding<B>,
+    blocks: Vec<LlamaBlock<B>>,
+    norm: RmsNorm<B>,
+    head: OutputHead<B>,
+    #[module(skip)]
+    config: LlamaConfig,
+}
+
+impl<B: Backend> Llama<B> {
+    /// Loads weights by module path: `embed`, `norm`, `lm_head` (absent => tied), and per block
+    /// `layers.{i}.{attn_norm, attn.wq, attn.wk, attn.wv, attn.wo, ffn_norm, mlp.gate, mlp.up, mlp.down}`.
+    pub fn load(config: LlamaConfig, src: &mut dyn WeightSource<B>) -> Result<Self> {
+        config.validate()?;
+        let c = &config;
+        let (d, hd) = (c.d_model, c.head_dim);
+        let embed = Embedding::new(src.linear("embed", c.vocab_size, d, false)?);
+        let mut blocks = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            let p = |s: &str| format!("layers.{i}.{s}");
+            blocks.push(LlamaBlock {
+                attn_norm: RmsNorm::new(src.vector(&p("attn_norm"), d)?, c.rms_eps),
+                wq: src.linear(&p("attn.wq"), c.n_heads * hd, d, c.qkv_bias)?,
+                wk: src.linear(&p("attn.wk"), c.n_kv_heads * hd, d, c.qkv_bias)?,
+                wv: src.linear(&p("attn.wv"), c.n_kv_heads * hd, d, c.qkv_bias)?,
+                wo: src.linear(&p("attn.wo"), d, c.n_heads * hd, false)?,
+                ffn_norm: RmsNorm::new(src.vector(&p("ffn_norm"), d)?, c.rms_eps),
+                w_gate: src.linear(&p("mlp.gate"), c.ffn_dim, d, false)?,
+                w_up: src.linear(&p("mlp.up"), c.ffn_dim, d, false)?,
+                w_down: src.linear(&p("mlp.down"), d, c.ffn_dim, false)?,
+            });
+        }
+        let norm = RmsNorm::new(src.vector("norm", d)?, c.rms_eps);
+        let separate = if !c.tie_embeddings && src.has("lm_head") {
+            Some(src.linear("lm_head", c.vocab_size, d, false)?)
+        } else {
+            None
+        };
+        let head = OutputHead { separate };
+        Ok(Self {
+            embed,
+            blocks,
+            norm,
+            head,
+            config,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    fn rope(&self) -> Rope {
+        Rope {
+            n_rot: self.config.rope_dim,
+            theta: self.config.rope_theta,
+            style: self.config.rope_layout.into(),
+            linear_scale: self.config.rope_linear_scale,
+        }
+    }
+}
+
+impl<B: Backend> CausalLm<B> for Llama<B> {
+    fn forward(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        cache: &mut dyn AttentionCache<B>,
+        logits: Logits,
+    ) -> Tensor<B, 3> {
+        let c = &self.config;
+        let [b, t] = tokens.dims();
+        let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
+        let start = cache.position();
+        let rope = self.rope();
+        let params = AttentionParams {
+            scale: 1.0 / (hd as f32).sqrt(),
+            sliding_window: c.sliding_window,
+            softcap: None,
+        };
+        // x: [b, t, d]
+        let mut x = self.embed.forward(tokens);
+        for (i, blk) in self.blocks.iter().enumerate() {
+            let n = blk.attn_norm.forward(x.clone());
+            // [b, t, heads*hd] -> [b, heads, t, hd]
+            let q = blk
+                .wq
+                .forward(n.clone())
+                .reshape([b, t, h, hd])
+                .swap_dims(1, 2);
+            let k = blk
+                .wk
+                .forward(n.clone())
+                .reshape([b, t, kvh, hd])
+                .swap_dims(1, 2);
+            let v = blk.wv.forward(n).reshape([b, t, kvh, hd]).swap_dims(1, 2);
+            let q = rope.apply(q, start);
+            let k = rope.apply(k, start);
+            let a = cache.attend(i, q, k, v, &params);
+            // [b, h, t, hd] -> [b, t, h*hd]
+            let a = a.swap_dims(1, 2).reshape([b, t, h * hd]);
+            x = x + blk.wo.forward(a);
+            let n = blk.ffn_norm.forward(x.clone());
+            let g = silu(blk.w_gate.forward(n.clone())) * blk.w_up.forward(n);
+            x = x + blk.w_down.forward(g);
+        }
+        cache.advance(t);
+        let n = logits.count(t);
+        let x = if n == t { x } else { x.narrow(1, t - n, n) };
+        let [b, tt, d] = x.dims();
+        let x = self.norm.forward(x).reshape([b * tt, d]);
+        self.head
+            .forward(x, &self.embed)
+            .reshape([b, tt, c.vocab_size])
+    }
+
+    fn n_layers(&self) -> usize {
+        self.config.n_layers
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn context_length(&self) -> usize {
+        self.config.context_length
+    }
+
+    fn device(&self) -> B::Device {
+        self.embed.table.device()
+    }
+}

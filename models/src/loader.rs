@@ -1,0 +1,32 @@
+//! Where a model's weights come from. A model asks for weights by its own module paths
+//! (`layers.3.attn.wq`); the importer maps those to checkpoint names with a declarative table per
+//! architecture and per format, and checks shapes.
+
+use burn::tensor::{Tensor, backend::Backend};
+use cinder_runtime::quant::QLinear;
+
+use crate::error::Result;
+
+/// A source of weights addressed by module path.
+pub trait WeightSource<B: Backend> {
+    /// Whether a weight exists (for optional tensors like a separate output projection or biases).
+    fn has(&self, path: &str) -> bool;
+
+    /// A linear layer `out × in` at `path` (its `.weight`, and `.bias` if `bias` is set).
+    fn linear(
+        &mut self,
+        path: &str,
+        out_features: usize,
+        in_features: usize,
+        bias: bool,
+    ) -> Result<QLinear<B>>;
+
+    /// A vector of `len` f32 values (norm weights).
+    fn vector(&mut self, path: &str, len: usize) -> Result<Tensor<B, 1>>;
+
+    /// A row-major matrix `[rows, cols]` in f32 (embedding tables).
+    fn matrix(&mut self, path: &str, rows: usize, cols: usize) -> Result<Tensor<B, 2>>;
+
+    /// The device weights are placed on.
+    fn device(&self) -> B::Device;
+}

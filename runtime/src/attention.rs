@@ -1,0 +1,168 @@
+//! The attention op and the KV cache behind it.
+//!
+//! Models hand each layer's freshly projected (and RoPE'd) Q, K, V to an [`AttentionCache`]; the cache
+//! stores K/V however it likes (contiguous per sequence here; paged block tables later) and returns the
+//! attention output. A model never sees how the cache is laid out, so the paged cache replaces
+//! [`ContiguousKvCache`] without a change to any model.
+
+use burn::tensor::{Tensor, TensorData, activation::softmax, backend::Backend};
+
+/// Per-layer attention settings a model passes with each call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionParams {
+    /// Multiplier on `q·k` (usually `1/sqrt(head_dim)`).
+    pub scale: f32,
+    /// Sliding window: a query at position `p` sees keys at positions `> p - window` only.
+    pub sliding_window: Option<usize>,
+    /// Soft-capping of attention logits (`cap * tanh(x / cap)`), as Gemma 2 uses.
+    pub softcap: Option<f32>,
+}
+
+/// Stores K/V across steps and computes causal attention for new tokens.
+pub trait AttentionCache<B: Backend> {
+    /// Number of tokens already in the cache (the position of the first new token).
+    fn position(&self) -> usize;
+
+    /// Appends `k`, `v` for `layer` and attends the new queries to everything cached so far.
+    ///
+    /// Shapes: `q` `[batch, n_heads, t, head_dim]`, `k`/`v` `[batch, n_kv_heads, t, head_dim]` with
+    /// `n_heads % n_kv_heads == 0` (grouped-query attention); returns `[batch, n_heads, t, head_dim]`.
+    fn attend(
+        &mut self,
+        layer: usize,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        params: &AttentionParams,
+    ) -> Tensor<B, 4>;
+
+    /// Marks the `t` tokens just attended (all layers) as part of the cache. Models call this once per
+    /// forward, after the last layer.
+    fn advance(&mut self, t: usize);
+}
+
+/// A contiguous K/V cache for one sequence: per layer, K and V grow along the time axis.
+#[derive(Debug)]
+pub struct ContiguousKvCache<B: Backend> {
+    layers: Vec<Option<(Tensor<B, 4>, Tensor<B, 4>)>>,
+    position: usize,
+    capacity: usize,
+}
+
+impl<B: Backend> ContiguousKvCache<B> {
+    /// An empty cache for `n_layers` layers holding at most `capacity` tokens.
+    pub fn new(n_layers: usize, capacity: usize) -> Self {
+        Self {
+            layers: (0..n_layers).map(|_| None).collect(),
+            position: 0,
+            capacity,
+        }
+    }
+
+    /// Maximum number of tokens.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Drops everything (the next forward starts at position 0).
+    pub fn clear(&mut self) {
+        self.layers.iter_mut().for_each(|l| *l = None);
+        self.position = 0;
+    }
+}
+
+impl<B: Backend> AttentionCache<B> for ContiguousKvCache<B> {
+    fn position(&self) -> usize {
+        self.position
+    }
+
+    fn attend(
+        &mut self,
+        layer: usize,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        params: &AttentionParams,
+    ) -> Tensor<B, 4> {
+        let slot = &mut self.layers[layer];
+        let (k_all, v_all) = match slot.take() {
+            None => (k, v),
+            Some((pk, pv)) => (Tensor::cat(vec![pk, k], 2), Tensor::cat(vec![pv, v], 2)),
+        };
+        let out = attention(q, k_all.clone(), v_all.clone(), self.position, params);
+        *slot = Some((k_all, v_all));
+        out
+    }
+
+    fn advance(&mut self, t: usize) {
+        self.position += t;
+    }
+}
+
+/// Causal grouped-query attention in plain Burn ops (the generic fallback every backend can run).
+///
+/// `q` `[b, h, t, d]`; `k`, `v` `[b, kvh, past + t, d]`; the `t` queries sit at positions
+/// `past .. past + t`. Returns `[b, h, t, d]`.
+pub fn attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    past: usize,
+    params: &AttentionParams,
+) -> Tensor<B, 4> {
+    let [b, h, t, d] = q.dims();
+    let [_, kvh, total, _] = k.dims();
+    let group = h / kvh;
+    // Expand K/V heads to match Q heads: [b, kvh, T, d] -> [b, kvh, g, T, d] -> [b, h, T, d].
+    let (k, v) = if group == 1 {
+        (k, v)
+    } else {
+        let k = k
+            .unsqueeze_dim::<5>(2)
+            .expand([b, kvh, group, total, d])
+            .reshape([b, h, total, d]);
+        let v = v
+            .unsqueeze_dim::<5>(2)
+            .expand([b, kvh, group, total, d])
+            .reshape([b, h, total, d]);
+        (k, v)
+    };
+    // scores: [b, h, t, T]
+    let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(params.scale);
+    if let Some(cap) = params.softcap {
+        scores = scores.div_scalar(cap).tanh().mul_scalar(cap);
+    }
+    if let Some(mask) = causal_bias::<B>(t, past, total, params.sliding_window, &scores.device()) {
+        scores = scores + mask.unsqueeze::<4>();
+    }
+    softmax(scores, 3).matmul(v)
+}
+
+/// Additive mask `[t, T]` (0 where visible, a large negative where not), or `None` when every query sees
+/// every key (single-token decode without a window in reach).
+fn causal_bias<B: Backend>(
+    t: usize,
+    past: usize,
+    total: usize,
+    window: Option<usize>,
+    device: &B::Device,
+) -> Option<Tensor<B, 2>> {
+    let window_bites = window.is_some_and(|w| past + t > w);
+    if t == 1 && !window_bites {
+        return None;
+    }
+    // A finite value rather than -inf: some GPU softmax kernels turn (-inf) - (-inf) into NaN.
+    const HIDDEN: f32 = -1.0e30;
+    let mut bias = vec![0.0f32; t * total];
+    for i in 0..t {
+        let pos = past + i;
+        for (j, slot) in bias[i * total..(i + 1) * total].iter_mut().enumerate() {
+            let future = j > pos;
+            let outside = window.is_some_and(|w| pos >= w && j <= pos - w);
+            if future || outside {
+                *slot = HIDDEN;
+            }
+        }
+    }
+    Some(Tensor::from_data(TensorData::new(bias, [t, total]), device))
+}

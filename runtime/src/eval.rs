@@ -1,0 +1,107 @@
+//! Evaluation: perplexity scored the way `llama-perplexity` does.
+//!
+//! The text is tokenized once; it is cut into chunks of `ctx` tokens; when the model adds BOS, each
+//! chunk's first token is replaced by BOS; each chunk is run from an empty cache and scored on its second
+//! half (positions `ctx/2 .. ctx-1` predicting the next token), so every prediction has at least `ctx/2`
+//! tokens of context. PPL = exp(mean NLL); the ± is llama.cpp's standard error of that estimate.
+
+use burn::tensor::backend::Backend;
+
+use crate::attention::ContiguousKvCache;
+use crate::error::{Result, RuntimeError};
+use crate::generate::{logits_to_vec, token_tensor};
+use crate::model::{CausalLm, Logits};
+use crate::sampler::log_prob;
+
+/// Perplexity settings.
+#[derive(Debug, Clone, Copy)]
+pub struct PerplexityOptions {
+    /// tokens per chunk
+    pub ctx: usize,
+    /// at most this many chunks (None = all that fit)
+    pub max_chunks: Option<usize>,
+    /// replace each chunk's first token with this BOS id (models that add BOS)
+    pub bos: Option<u32>,
+}
+
+/// The result.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Perplexity {
+    /// exp(mean negative log-likelihood)
+    pub ppl: f64,
+    /// standard error of `ppl`
+    pub stderr: f64,
+    /// tokens scored
+    pub tokens: usize,
+    /// chunks run
+    pub chunks: usize,
+}
+
+/// Scores `tokens` (the whole tokenized text). `on_chunk(i, n, running_ppl)` reports progress.
+pub fn perplexity<B: Backend, M: CausalLm<B> + ?Sized>(
+    model: &M,
+    tokens: &[u32],
+    opts: PerplexityOptions,
+    on_chunk: &mut dyn FnMut(usize, usize, f64),
+) -> Result<Perplexity> {
+    let ctx = opts.ctx;
+    if ctx < 4 {
+        return Err(RuntimeError::Sampling(format!(
+            "perplexity ctx {ctx} must be at least 4"
+        )));
+    }
+    if ctx > model.context_length() {
+        return Err(RuntimeError::ContextOverflow {
+            prompt: ctx,
+            max_new: 0,
+            ctx: model.context_length(),
+        });
+    }
+    let available = tokens.len() / ctx;
+    let n_chunks = opts.max_chunks.map_or(available, |m| m.min(available));
+    if n_chunks == 0 {
+        return Err(RuntimeError::Sampling(format!(
+            "text has {} tokens: perplexity needs at least ctx = {ctx}",
+            tokens.len()
+        )));
+    }
+    let first = ctx / 2;
+    let scored = ctx - 1 - first;
+    let device = model.device();
+    let (mut nll, mut nll2, mut count) = (0.0f64, 0.0f64, 0usize);
+    let vocab = model.vocab_size();
+    for c in 0..n_chunks {
+        let mut chunk = tokens[c * ctx..(c + 1) * ctx].to_vec();
+        if let Some(bos) = opts.bos {
+            chunk[0] = bos;
+        }
+        let mut cache = ContiguousKvCache::<B>::new(model.n_layers(), ctx);
+        // Logits for positions first .. ctx-1 (the last one predicts past the chunk and is unused).
+        let n_out = ctx - first;
+        let logits = logits_to_vec(model.forward(
+            token_tensor::<B>(&chunk, &device),
+            &mut cache,
+            Logits::Tail(n_out),
+        ))?;
+        for j in 0..scored {
+            let row = &logits[j * vocab..(j + 1) * vocab];
+            // position first + j predicts the original token at first + j + 1
+            let target = tokens[c * ctx + first + j + 1];
+            let lp = log_prob(row, target);
+            nll -= lp;
+            nll2 += lp * lp;
+            count += 1;
+        }
+        on_chunk(c + 1, n_chunks, (nll / count as f64).exp());
+    }
+    let mean = nll / count as f64;
+    let mean2 = nll2 / count as f64;
+    let ppl = mean.exp();
+    let var = ((mean2 - mean * mean) / (count.max(2) - 1) as f64).max(0.0);
+    Ok(Perplexity {
+        ppl,
+        stderr: var.sqrt() * ppl,
+        tokens: count,
+        chunks: n_chunks,
+    })
+}

@@ -1,0 +1,51 @@
+//! The interface between a model architecture and the runtime.
+
+use burn::tensor::{Int, Tensor, backend::Backend};
+
+use crate::attention::AttentionCache;
+
+/// Which positions' logits a forward pass returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// Every position (perplexity, speculative verification).
+    All,
+    /// Only the last position of each sequence (generation): skips the vocabulary projection elsewhere.
+    Last,
+    /// The last `n` positions (perplexity scores only the second half of each window).
+    Tail(usize),
+}
+
+impl Logits {
+    /// How many trailing positions of a `t`-token forward get logits.
+    pub fn count(self, t: usize) -> usize {
+        match self {
+            Logits::All => t,
+            Logits::Last => t.min(1),
+            Logits::Tail(n) => n.min(t),
+        }
+    }
+}
+
+/// A decoder-only language model. Implementations hold weights only; the cache is passed in.
+pub trait CausalLm<B: Backend> {
+    /// Runs `tokens` `[batch, t]`, which continue the sequence held in `cache`, and returns logits
+    /// `[batch, n, vocab]` for the last `n = logits.count(t)` positions. Advances the cache by `t`.
+    fn forward(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        cache: &mut dyn AttentionCache<B>,
+        logits: Logits,
+    ) -> Tensor<B, 3>;
+
+    /// Number of transformer layers (the cache needs one slot per layer).
+    fn n_layers(&self) -> usize;
+
+    /// Vocabulary size (rows of the output projection).
+    fn vocab_size(&self) -> usize;
+
+    /// The longest context the model was trained for.
+    fn context_length(&self) -> usize;
+
+    /// The device the weights live on.
+    fn device(&self) -> B::Device;
+}

@@ -1,0 +1,369 @@
+//! Token sampling on host logits.
+//!
+//! The chain follows llama.cpp's default order: repetition penalty over the last `repeat_last_n` tokens,
+//! top-k, top-p (nucleus), min-p, temperature, then a draw from a seeded RNG (same seed, same logits =>
+//! same token). `temperature == 0` is greedy (argmax after the penalty), and ties break to the lowest id.
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+use crate::error::{Result, RuntimeError};
+
+/// Sampling settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingParams {
+    /// 0 => greedy; otherwise logits are divided by it.
+    pub temperature: f32,
+    /// Keep the `k` most likely tokens (0 = off).
+    pub top_k: usize,
+    /// Keep the smallest set whose probability reaches `p` (1.0 = off).
+    pub top_p: f32,
+    /// Drop tokens below `min_p ×` the top probability (0.0 = off).
+    pub min_p: f32,
+    /// Divide positive logits (multiply negative ones) of recent tokens by this (1.0 = off).
+    pub repeat_penalty: f32,
+    /// How many recent tokens the penalty looks at.
+    pub repeat_last_n: usize,
+    /// RNG seed.
+    pub seed: u64,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        Self {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+            seed: 0,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding.
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..Self::default()
+        }
+    }
+
+    /// Checks every field's range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(RuntimeError::Sampling(m));
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return bad(format!(
+                "temperature {} must be finite and >= 0",
+                self.temperature
+            ));
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return bad(format!("top_p {} must be in (0, 1]", self.top_p));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return bad(format!("min_p {} must be in [0, 1]", self.min_p));
+        }
+        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
+            return bad(format!(
+                "repeat_penalty {} must be finite and > 0",
+                self.repeat_penalty
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A sampler with its own RNG stream.
+#[derive(Debug)]
+pub struct Sampler {
+    params: SamplingParams,
+    rng: StdRng,
+}
+
+impl Sampler {
+    /// A sampler seeded from `params.seed`.
+    pub fn new(params: SamplingParams) -> Result<Self> {
+        params.validate()?;
+        let rng = StdRng::seed_from_u64(params.seed);
+        Ok(Self { params, rng })
+    }
+
+    /// The settings.
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Picks the next token from `logits` (one per vocabulary entry) given the tokens so far.
+    pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32> {
+        if logits.is_empty() {
+            return Err(RuntimeError::Sampling("empty logits".into()));
+        }
+        let mut logits = logits.to_vec();
+        self.apply_penalty(&mut logits, history);
+        if self.params.temperature == 0.0 {
+            return Ok(argmax(&logits));
+        }
+        // Candidates sorted by logit, descending (ties: lower id first, for determinism).
+        let mut cand: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.is_nan())
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
+        if cand.is_empty() {
+            return Err(RuntimeError::Sampling("every logit is NaN".into()));
+        }
+        let k = if self.params.top_k == 0 {
+            cand.len()
+        } else {
+            self.params.top_k.min(cand.len())
+        };
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if k < cand.len() {
+            cand.select_nth_unstable_by(k - 1, by_logit);
+            cand.truncate(k);
+        }
+        cand.sort_unstable_by(by_logit);
+
+        // Probabilities at temperature 1 for the truncation steps, as llama.cpp does.
+        let probs = softmax_of(&cand, 1.0);
+        let mut keep = cand.len();
+        if self.params.top_p < 1.0 {
+            let mut acc = 0.0f64;
+            for (i, p) in probs.iter().enumerate() {
+                acc += *p as f64;
+                if acc >= self.params.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        if self.params.min_p > 0.0 {
+            let floor = probs[0] * self.params.min_p;
+            let n = probs[..keep].iter().take_while(|&&p| p >= floor).count();
+            keep = n.max(1);
+        }
+        cand.truncate(keep.max(1));
+
+        let probs = softmax_of(&cand, self.params.temperature);
+        let r: f32 = self.rng.random::<f32>();
+        let mut acc = 0.0f32;
+        for (i, p) in probs.iter().enumerate() {
+            acc += p;
+            if r < acc {
+                return Ok(cand[i].0);
+            }
+        }
+        // Rounding left `acc` a hair under 1: the last candidate takes the remainder.
+        Ok(cand[cand.len() - 1].0)
+    }
+
+    fn apply_penalty(&self, logits: &mut [f32], history: &[u32]) {
+        let p = self.params.repeat_penalty;
+        if p == 1.0 || self.params.repeat_last_n == 0 {
+            return;
+        }
+        let start = history.len().saturating_sub(self.params.repeat_last_n);
+        let mut seen = std::collections::HashSet::new();
+        for &t in &history[start..] {
+            if !seen.insert(t) {
+                continue;
+            }
+            if let Some(l) = logits.get_mut(t as usize) {
+                *l = if *l > 0.0 { *l / p } else { *l * p };
+            }
+        }
+    }
+}
+
+/// Index of the largest logit (lowest index on ties; NaN never wins).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best as u32
+}
+
+/// Softmax over the whole vocabulary (f64 accumulation), e.g. for reporting top-k probabilities.
+pub fn softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let exps: Vec<f64> = logits.iter().map(|&l| ((l - max) as f64).exp()).collect();
+    let sum: f64 = exps.iter().sum();
+    exps.iter().map(|&e| (e / sum) as f32).collect()
+}
+
+/// `log_softmax(logits)[target]`, computed stably in f64.
+pub fn log_prob(logits: &[f32], target: u32) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&l| (l as f64 - max).exp()).sum();
+    logits
+        .get(target as usize)
+        .map_or(f64::NEG_INFINITY, |&l| l as f64 - max - sum.ln())
+}
+
+/// The `k` most probable tokens with their probabilities, most probable first.
+pub fn top_k_probs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
+    let probs = softmax(logits);
+    let mut idx: Vec<u32> = (0..probs.len() as u32).collect();
+    let k = k.min(idx.len());
+    if k == 0 {
+        return Vec::new();
+    }
+    let cmp = |a: &u32, b: &u32| {
+        probs[*b as usize]
+            .total_cmp(&probs[*a as usize])
+            .then(a.cmp(b))
+    };
+    idx.select_nth_unstable_by(k - 1, cmp);
+    idx.truncate(k);
+    idx.sort_unstable_by(cmp);
+    idx.into_iter().map(|i| (i, probs[i as usize])).collect()
+}
+
+fn softmax_of(cand: &[(u32, f32)], temperature: f32) -> Vec<f32> {
+    let max = cand[0].1;
+    let exps: Vec<f32> = cand
+        .iter()
+        .map(|&(_, l)| ((l - max) / temperature).exp())
+        .collect();
+    let sum: f32 = exps.iter().sum();
+    exps.iter().map(|e| e / sum).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_picks_argmax_lowest_on_ties() {
+        let mut s = Sampler::new(SamplingParams::greedy()).unwrap();
+        assert_eq!(s.sample(&[0.1, 3.0, 3.0, -1.0], &[]).unwrap(), 1);
+    }
+
+    #[test]
+    fn same_seed_same_tokens_different_seed_differs() {
+        let logits: Vec<f32> = (0..100).map(|i| ((i * 37) % 11) as f32 * 0.3).collect();
+        let params = SamplingParams {
+            temperature: 1.5,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 7,
+            ..SamplingParams::default()
+        };
+        let draw = |seed| {
+            let mut s = Sampler::new(SamplingParams {
+                seed,
+                ..params.clone()
+            })
+            .unwrap();
+            (0..50)
+                .map(|_| s.sample(&logits, &[]).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+    }
+
+    #[test]
+    fn top_k_one_is_greedy() {
+        let logits = [0.0, 1.0, 5.0, 2.0];
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 1,
+            ..SamplingParams::default()
+        })
+        .unwrap();
+        for _ in 0..20 {
+            assert_eq!(s.sample(&logits, &[]).unwrap(), 2);
+        }
+    }
+
+    #[test]
+    fn top_p_and_min_p_cut_the_tail() {
+        // probs ≈ [0.64, 0.24, 0.09, 0.03]
+        let logits = [3.0, 2.0, 1.0, 0.0];
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.7,
+            min_p: 0.0,
+            ..SamplingParams::default()
+        })
+        .unwrap();
+        for _ in 0..200 {
+            assert!(s.sample(&logits, &[]).unwrap() <= 1);
+        }
+        let mut s = Sampler::new(SamplingParams {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.3,
+            ..SamplingParams::default()
+        })
+        .unwrap();
+        for _ in 0..200 {
+            assert!(s.sample(&logits, &[]).unwrap() <= 1);
+        }
+    }
+
+    #[test]
+    fn repetition_penalty_demotes_seen_tokens() {
+        let mut s = Sampler::new(SamplingParams {
+            repeat_penalty: 2.0,
+            ..SamplingParams::greedy()
+        })
+        .unwrap();
+        assert_eq!(s.sample(&[1.0, 1.5], &[]).unwrap(), 1);
+        assert_eq!(s.sample(&[1.0, 1.5], &[1]).unwrap(), 0);
+    }
+
+    #[test]
+    fn invalid_params_are_refused() {
+        for p in [
+            SamplingParams {
+                temperature: -1.0,
+                ..SamplingParams::default()
+            },
+            SamplingParams {
+                top_p: 0.0,
+                ..SamplingParams::default()
+            },
+            SamplingParams {
+                min_p: 1.5,
+                ..SamplingParams::default()
+            },
+            SamplingParams {
+                repeat_penalty: 0.0,
+                ..SamplingParams::default()
+            },
+            SamplingParams {
+                temperature: f32::NAN,
+                ..SamplingParams::default()
+            },
+        ] {
+            assert!(Sampler::new(p).is_err());
+        }
+    }
+
+    #[test]
+    fn softmax_and_top_k_agree() {
+        let logits = [1.0, 4.0, 2.0, 3.0];
+        let top = top_k_probs(&logits, 2);
+        assert_eq!(top[0].0, 1);
+        assert_eq!(top[1].0, 3);
+        let p = softmax(&logits);
+        assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!((log_prob(&logits, 1).exp() as f32 - p[1]).abs() < 1e-6);
+    }
+}

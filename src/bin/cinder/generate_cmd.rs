@@ -1,0 +1,181 @@
+//! `cinder run` and `cinder chat`.
+
+use std::io::{BufRead, Write};
+
+use anyhow::{Context, Result};
+use cinder::prelude::*;
+use cinder::runtime::tokenizer::{ChatMessage, apply_chat_template};
+use clap::Args;
+
+/// Sampling and length flags shared by `run` and `chat`.
+#[derive(Args, Debug, Clone)]
+pub struct GenFlags {
+    /// Most new tokens.
+    #[arg(long, default_value_t = 128)]
+    pub max_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Nucleus sampling threshold (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Keep the k most likely tokens (0 = off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Drop tokens below min-p × the top probability (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// RNG seed (same seed, same output).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Stop when this string appears (repeatable).
+    #[arg(long)]
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-generation tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Context size to allocate.
+    #[arg(long, default_value_t = 4096)]
+    pub ctx: usize,
+}
+
+impl GenFlags {
+    fn options(&self) -> GenerateOptions {
+        GenerateOptions {
+            max_tokens: self.max_tokens,
+            sampling: SamplingParams {
+                temperature: self.temperature,
+                top_k: self.top_k,
+                top_p: self.top_p,
+                min_p: self.min_p,
+                repeat_penalty: self.repeat_penalty,
+                repeat_last_n: 64,
+                seed: self.seed,
+            },
+            stop_strings: self.stop.clone(),
+            stop_on_eos: !self.ignore_eos,
+            context: self.ctx,
+        }
+    }
+}
+
+/// `cinder run`
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Catalog name or path to a GGUF file.
+    pub model: String,
+    /// The prompt, used verbatim (no chat template; BOS added if the model asks for it).
+    #[arg(long)]
+    pub prompt: String,
+    #[command(flatten)]
+    pub sampling: GenFlags,
+}
+
+/// `cinder chat`
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    /// Catalog name or path to a GGUF file.
+    pub model: String,
+    /// A system message.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Answer this one user message and exit (otherwise read turns from stdin).
+    #[arg(long)]
+    pub prompt: Option<String>,
+    #[command(flatten)]
+    pub sampling: GenFlags,
+}
+
+fn stream_to_stdout(piece: &str) -> bool {
+    let mut out = std::io::stdout().lock();
+    // A closed stdout (e.g. `| head`) ends generation instead of panicking.
+    out.write_all(piece.as_bytes()).is_ok() && out.flush().is_ok()
+}
+
+/// Runs `cinder run` on backend `B`.
+pub struct RunTask(pub RunArgs);
+
+impl BackendTask for RunTask {
+    type Output = Result<()>;
+    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+        let a = self.0;
+        let path = crate::resolve_model(&a.model)?;
+        let m = cinder::importer::load_gguf::<B>(&path, &device)
+            .with_context(|| format!("loading {}", path.display()))?;
+        let ids = m.tokenizer.encode(&a.prompt, true)?;
+        let out = generate(
+            &m.model,
+            &m.tokenizer,
+            &ids,
+            &a.sampling.options(),
+            &mut stream_to_stdout,
+        )?;
+        println!();
+        report(&out);
+        Ok(())
+    }
+}
+
+fn report(out: &Generation) {
+    let decode: f64 = out.decode_times.iter().map(|d| d.as_secs_f64()).sum();
+    let tps = if decode > 0.0 {
+        out.decode_times.len() as f64 / decode
+    } else {
+        0.0
+    };
+    tracing::info!(
+        prompt_tokens = out.prompt_tokens,
+        generated = out.tokens.len(),
+        finish = ?out.finish,
+        prefill_ms = out.prefill_time.as_millis() as u64,
+        decode_tps = format!("{tps:.1}"),
+        "generation done"
+    );
+}
+
+/// Runs `cinder chat` on backend `B`.
+pub struct ChatTask(pub ChatArgs);
+
+impl BackendTask for ChatTask {
+    type Output = Result<()>;
+    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+        let a = self.0;
+        let path = crate::resolve_model(&a.model)?;
+        let m = cinder::importer::load_gguf::<B>(&path, &device)
+            .with_context(|| format!("loading {}", path.display()))?;
+        let mut messages = Vec::new();
+        if let Some(s) = &a.system {
+            messages.push(ChatMessage::new("system", s.clone()));
+        }
+        let opts = a.sampling.options();
+        let turn = |messages: &mut Vec<ChatMessage>, user: String| -> Result<()> {
+            messages.push(ChatMessage::new("user", user));
+            let text = apply_chat_template(&m.tokenizer, messages, true)?;
+            // The template writes BOS itself where the model wants one.
+            let ids = m.tokenizer.encode(&text, false)?;
+            let out = generate(&m.model, &m.tokenizer, &ids, &opts, &mut stream_to_stdout)?;
+            println!();
+            report(&out);
+            messages.push(ChatMessage::new("assistant", out.text.trim().to_string()));
+            Ok(())
+        };
+        if let Some(p) = a.prompt {
+            return turn(&mut messages, p);
+        }
+        let stdin = std::io::stdin();
+        eprint!("> ");
+        for line in stdin.lock().lines() {
+            let line = line?;
+            if line.trim().is_empty() {
+                eprint!("> ");
+                continue;
+            }
+            turn(&mut messages, line)?;
+            eprint!("> ");
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,92 @@
+//! `cinder info`
+
+use anyhow::{Context, Result};
+use cinder::gguf::GgufFile;
+use cinder::gguf::tokenizer::GgufTokenizer;
+use cinder::importer::ModelInfo;
+use clap::Args;
+
+/// `cinder info MODEL`
+#[derive(Args, Debug)]
+pub struct InfoArgs {
+    /// Catalog name or path to a GGUF file.
+    pub model: String,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Prints the report (reads the header and metadata only; no backend needed).
+pub fn run(a: &InfoArgs) -> Result<()> {
+    let path = crate::resolve_model(&a.model)?;
+    let f = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let info = ModelInfo::from_gguf(&path, &f);
+    let sha = cinder::catalog::sha256_file(&path)?;
+    let arch = info.arch.clone();
+    let num = |k: &str| f.get(&format!("{arch}.{k}")).map(|v| v.to_string());
+    let tok = GgufTokenizer::from_gguf(&f);
+    let (tok_kind, vocab) = match &tok {
+        Ok(t) => (
+            format!("{:?} (pre: {})", t.kind, t.pre),
+            t.vocab_size.to_string(),
+        ),
+        Err(e) => (format!("unusable: {e}"), "?".into()),
+    };
+    if a.json {
+        let v = serde_json::json!({
+            "path": path.display().to_string(),
+            "arch": info.arch,
+            "name": info.name,
+            "gguf_version": info.gguf_version,
+            "file_bytes": info.file_bytes,
+            "n_params": info.n_params,
+            "tensor_types": info.type_histogram,
+            "tokenizer_model": info.tokenizer_model,
+            "tokenizer": tok_kind,
+            "vocab_size": vocab,
+            "block_count": num("block_count"),
+            "embedding_length": num("embedding_length"),
+            "context_length": num("context_length"),
+            "sha256": sha,
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!("file          {}", path.display());
+    println!("sha256        {sha}");
+    println!("name          {}", info.name.as_deref().unwrap_or("-"));
+    println!("architecture  {}", info.arch);
+    println!("gguf version  {}", info.gguf_version);
+    println!(
+        "file size     {:.1} MiB",
+        info.file_bytes as f64 / (1 << 20) as f64
+    );
+    println!("parameters    {:.1} M", info.n_params as f64 / 1e6);
+    for k in [
+        "block_count",
+        "embedding_length",
+        "feed_forward_length",
+        "attention.head_count",
+        "attention.head_count_kv",
+        "context_length",
+        "rope.freq_base",
+    ] {
+        if let Some(v) = num(k) {
+            println!(
+                "{:<13} {v}",
+                k.rsplit('.').next().unwrap_or(k).replace("_", " ")
+            );
+        }
+    }
+    let hist: Vec<String> = info
+        .type_histogram
+        .iter()
+        .map(|(t, n)| format!("{t}: {n}"))
+        .collect();
+    println!("tensor types  {}", hist.join(", "));
+    println!(
+        "tokenizer     {} / {tok_kind}, vocab {vocab}",
+        info.tokenizer_model
+    );
+    Ok(())
+}

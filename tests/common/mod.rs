@@ -1,0 +1,57 @@
+//! Shared helpers for the integration tests: the real models from the catalog, the reference data, and
+//! the list of backends to run on.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use cinder::backends::{self, BackendKind};
+use serde::Deserialize;
+
+/// A catalog model's path (pulled into the cache on first use).
+pub fn model_path(name: &str) -> PathBuf {
+    match cinder::catalog::resolve(name) {
+        Ok(r) => r.path,
+        Err(e) => panic!("cannot get model {name}: {e}"),
+    }
+}
+
+/// Backends the tests run on: `CINDER_TEST_BACKENDS=flex,ndarray` or every compiled one.
+pub fn test_backends() -> Vec<BackendKind> {
+    match std::env::var("CINDER_TEST_BACKENDS") {
+        Ok(s) if !s.trim().is_empty() => s
+            .split(',')
+            .map(|n| n.trim().parse().expect("bad CINDER_TEST_BACKENDS entry"))
+            .filter(|k: &BackendKind| k.is_compiled())
+            .collect(),
+        _ => backends::compiled(),
+    }
+}
+
+/// One line of a `*.greedy.jsonl` reference file.
+#[derive(Debug, Deserialize)]
+pub struct GreedyRef {
+    pub prompt: String,
+    pub prompt_tokens: Vec<u32>,
+    pub greedy: Vec<u32>,
+    pub text: String,
+    pub steps: Vec<StepRef>,
+}
+
+/// The reference's top-5 at one generated position.
+#[derive(Debug, Deserialize)]
+pub struct StepRef {
+    pub token: u32,
+    pub top5: Vec<(u32, f32)>,
+}
+
+/// Reads a reference file from tests/data.
+pub fn greedy_refs(file: &str) -> Vec<GreedyRef> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(file);
+    let text = std::fs::read_to_string(&path).expect("reference file");
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("reference line"))
+        .collect()
+}
