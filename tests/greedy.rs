@@ -85,3 +85,8 @@ fn check_all(model: &'static str, reference: &'static str) {
 fn smollm2_greedy_matches_llama_cpp() {
     check_all("smollm2-135m", "smollm2-135m-q4_1.greedy.jsonl");
 }
+
+#[test]
+fn gemma3_greedy_matches_llama_cpp() {
+    check_all("gemma3-270m", "gemma-3-270m-q4_k_m.greedy.jsonl");
+}

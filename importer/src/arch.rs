@@ -2,6 +2,7 @@
 //! module paths to GGUF tensor names.
 
 use cinder_gguf::{GgufError, GgufFile};
+use cinder_models::gemma3::Gemma3Config;
 use cinder_models::llama::{LlamaConfig, RopeLayout};
 
 use crate::error::{ImportError, Result};
@@ -160,6 +161,61 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     .with_context_length(context_length)
     .with_qkv_bias(f.tensor("blk.0.attn_q.bias").is_some())
     .with_tie_embeddings(f.tensor("output.weight").is_none());
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+/// Builds a [`Gemma3Config`] from `gemma3.*` metadata.
+pub fn gemma3_config(f: &GgufFile) -> Result<Gemma3Config> {
+    let arch = "gemma3";
+    let d_model = get_usize(f, &key(arch, "embedding_length"))?;
+    let n_layers = get_usize(f, &key(arch, "block_count"))?;
+    let n_heads = get_usize(f, &key(arch, "attention.head_count"))?;
+    let n_kv_heads = opt_usize(f, &key(arch, "attention.head_count_kv"))?.unwrap_or(n_heads);
+    if n_heads == 0 {
+        return Err(GgufError::BadKey {
+            key: key(arch, "attention.head_count"),
+            reason: "is 0".into(),
+        }
+        .into());
+    }
+    let head_dim = opt_usize(f, &key(arch, "attention.key_length"))?.unwrap_or(d_model / n_heads);
+    // Gemma 3 scales queries by 1/sqrt(query_pre_attn_scalar): head_dim for every size but 27B (62
+    // layers), which uses d_model / n_heads — the same rule llama.cpp applies.
+    let query_pre_attn_scalar = if n_layers == 62 {
+        (d_model / n_heads) as f64
+    } else {
+        head_dim as f64
+    };
+    let rope_linear_scale = match f
+        .get(&key(arch, "rope.scaling.type"))
+        .and_then(|v| v.as_str())
+    {
+        Some("linear") => f.opt_f64(&key(arch, "rope.scaling.factor"))?.unwrap_or(1.0),
+        _ => 1.0,
+    };
+    let cfg = Gemma3Config::new(
+        embedding_rows(f)?,
+        d_model,
+        n_layers,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        get_usize(f, &key(arch, "feed_forward_length"))?,
+        query_pre_attn_scalar,
+    )
+    .with_rms_eps(
+        f.opt_f64(&key(arch, "attention.layer_norm_rms_epsilon"))?
+            .unwrap_or(1e-6),
+    )
+    .with_rope_theta_global(
+        f.opt_f64(&key(arch, "rope.freq_base"))?
+            .unwrap_or(1_000_000.0),
+    )
+    .with_rope_linear_scale_global(rope_linear_scale)
+    .with_sliding_window(opt_usize(f, &key(arch, "attention.sliding_window"))?.unwrap_or(512))
+    .with_swa_pattern(opt_usize(f, &key(arch, "attention.sliding_window_pattern"))?.unwrap_or(6))
+    .with_context_length(opt_usize(f, &key(arch, "context_length"))?.unwrap_or(32768));
     cfg.validate()?;
     Ok(cfg)
 }

@@ -7,9 +7,10 @@ use burn::tensor::backend::Backend;
 use cinder_gguf::GgufFile;
 use cinder_gguf::tokenizer::GgufTokenizer;
 use cinder_models::AnyModel;
+use cinder_models::gemma3::Gemma3;
 use cinder_models::llama::Llama;
 
-use crate::arch::{self, LLAMA_FAMILY, LLAMA_GGUF_NAMES};
+use crate::arch::{self, GEMMA3_GGUF_NAMES, LLAMA_FAMILY, LLAMA_GGUF_NAMES};
 use crate::error::{ImportError, Result};
 use crate::gguf_weights::GgufWeights;
 
@@ -87,10 +88,14 @@ pub fn load_gguf<B: Backend>(path: &Path, device: &B::Device) -> Result<LoadedMo
         let cfg = arch::llama_config(&file)?;
         let mut src = GgufWeights::<B>::new(&file, LLAMA_GGUF_NAMES, device.clone());
         AnyModel::Llama(Llama::load(cfg, &mut src)?)
+    } else if arch_name == "gemma3" {
+        let cfg = arch::gemma3_config(&file)?;
+        let mut src = GgufWeights::<B>::new(&file, GEMMA3_GGUF_NAMES, device.clone());
+        AnyModel::Gemma3(Gemma3::load(cfg, &mut src)?)
     } else {
         return Err(ImportError::UnsupportedArch(
             arch_name,
-            LLAMA_FAMILY.join(", "),
+            format!("{}, gemma3", LLAMA_FAMILY.join(", ")),
         ));
     };
     tracing::info!(arch = %info.arch, params = info.n_params, "model loaded");

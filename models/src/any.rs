@@ -4,6 +4,7 @@ use burn::tensor::{Int, Tensor, backend::Backend};
 use cinder_runtime::attention::AttentionCache;
 use cinder_runtime::model::{CausalLm, Logits};
 
+use crate::gemma3::Gemma3;
 use crate::llama::Llama;
 
 /// A loaded language model of any supported architecture.
@@ -11,6 +12,8 @@ use crate::llama::Llama;
 pub enum AnyModel<B: Backend> {
     /// Llama, SmolLM, Mistral, Qwen2
     Llama(Llama<B>),
+    /// Gemma 3
+    Gemma3(Gemma3<B>),
 }
 
 impl<B: Backend> AnyModel<B> {
@@ -18,12 +21,14 @@ impl<B: Backend> AnyModel<B> {
     pub fn arch(&self) -> &'static str {
         match self {
             AnyModel::Llama(_) => "llama",
+            AnyModel::Gemma3(_) => "gemma3",
         }
     }
 
     fn inner(&self) -> &dyn CausalLm<B> {
         match self {
             AnyModel::Llama(m) => m,
+            AnyModel::Gemma3(m) => m,
         }
     }
 }

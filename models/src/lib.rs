@@ -8,6 +8,7 @@
 
 mod any;
 mod error;
+pub mod gemma3;
 pub mod layers;
 pub mod llama;
 mod loader;

@@ -55,3 +55,21 @@ pub fn greedy_refs(file: &str) -> Vec<GreedyRef> {
         .map(|l| serde_json::from_str(l).expect("reference line"))
         .collect()
 }
+
+/// llama-perplexity's PPL for a model file, read from tests/data/perplexity.md.
+pub fn reference_ppl(file_prefix: &str) -> f64 {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/perplexity.md");
+    let text = std::fs::read_to_string(path).expect("perplexity.md");
+    for line in text.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() >= 4 && cells[1].starts_with(file_prefix) {
+            return cells[2].parse().expect("PPL cell");
+        }
+    }
+    panic!("no reference PPL for {file_prefix}");
+}
+
+/// The backend heavy tests run on: the first of [`test_backends`].
+pub fn primary_backend() -> BackendKind {
+    test_backends()[0]
+}

@@ -4,6 +4,7 @@
 use burn::module::{Module, Param};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 use cinder_runtime::quant::QLinear;
+use cinder_runtime::quant::act::round_to_f16;
 
 /// Root-mean-square layer norm: `x / sqrt(mean(x²) + eps) * w` over the last axis.
 #[derive(Module, Debug)]
@@ -117,12 +118,22 @@ pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     burn::tensor::activation::silu(x)
 }
 
-/// GELU, tanh approximation (`gelu_pytorch_tanh`, what llama.cpp's `ggml_gelu` computes).
+/// GELU, tanh approximation (`gelu_pytorch_tanh`), as ggml's CPU op computes it: the input rounded to
+/// f16, the formula in f32, the result rounded to f16 (ggml reads a precomputed f16 table), with
+/// `x <= -10 -> 0` and `x >= 10 -> x`. Matching that rounding keeps Gemma's outputs on llama.cpp's.
 pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    let inner =
-        (x.clone() + x.clone().powi_scalar(3).mul_scalar(0.044715)).mul_scalar(SQRT_2_OVER_PI);
-    x.clone().mul_scalar(0.5) * inner.tanh().add_scalar(1.0)
+    const COEF_A: f32 = 0.044_715;
+    let xh = round_to_f16(x.clone());
+    // 0.5·x·(1 + tanh(√(2/π)·x·(1 + a·x²)))
+    let inner = xh
+        .clone()
+        .mul(xh.clone().powi_scalar(2).mul_scalar(COEF_A).add_scalar(1.0))
+        .mul_scalar(SQRT_2_OVER_PI);
+    let g = round_to_f16(xh.mul_scalar(0.5) * inner.tanh().add_scalar(1.0));
+    let low = x.clone().lower_equal_elem(-10.0);
+    let high = x.clone().greater_equal_elem(10.0);
+    g.mask_fill(low, 0.0).mask_where(high, x)
 }
 
 /// Token embedding table `[vocab, d]`, held as a [`QLinear`] of `vocab × d` so the same weights serve

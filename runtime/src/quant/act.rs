@@ -17,6 +17,9 @@ pub enum ActQuant {
     None,
     /// rounded to f16 (F16 weights)
     F16,
+    /// `block_q8_K`: 256-wide blocks, f32 scale `1/iscale` with `iscale = 127/amax`, ties to even
+    /// (`quantize_row_q8_K_ref`)
+    Q8K,
     /// symmetric 8-bit blocks of `block` values; the scale is rounded to f16 when `f16_scale`
     Q8 {
         /// block width
@@ -35,10 +38,7 @@ impl ActQuant {
                 block: 32,
                 f16_scale: true,
             },
-            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => ActQuant::Q8 {
-                block: 256,
-                f16_scale: false,
-            },
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => ActQuant::Q8K,
             F16 => ActQuant::F16,
             _ => ActQuant::None,
         }
@@ -50,6 +50,29 @@ impl ActQuant {
         match self {
             ActQuant::None => x,
             ActQuant::F16 => round_to_f16(x),
+            ActQuant::Q8K => {
+                const QK_K: usize = 256;
+                let [n, k] = x.dims();
+                if k % QK_K != 0 {
+                    return x;
+                }
+                let xb: Tensor<B, 3> = x.reshape([n, k / QK_K, QK_K]);
+                let amax = xb.clone().abs().max_dim(2);
+                let zero = amax.clone().equal_elem(0.0);
+                // iscale = 127 / amax (the sign ggml gives it cancels out), q = nearest_int(iscale·x),
+                // value = q · (1 / iscale).
+                let iscale = amax
+                    .mask_fill(zero.clone(), 1.0)
+                    .recip()
+                    .mul_scalar(127.0)
+                    .mask_fill(zero.clone(), 0.0);
+                let d = iscale
+                    .clone()
+                    .mask_fill(zero.clone(), 1.0)
+                    .recip()
+                    .mask_fill(zero, 0.0);
+                ((xb * iscale).round() * d).reshape([n, k])
+            }
             ActQuant::Q8 { block, f16_scale } => {
                 let [n, k] = x.dims();
                 if k % block != 0 {

@@ -1,0 +1,282 @@
+//! Gemma 3 text decoder.
+//!
+//! References: Gemma Team, 2025, "Gemma 3 Technical Report"; llama.cpp's `llm_build_gemma3_iswa` graph for
+//! the GGUF conventions (the converter stores RMSNorm weights as `1 + w`, so norms here are plain
+//! `x · w`). Differences from Llama: the embedding is scaled by `sqrt(d_model)`; Q and K get their own
+//! per-head RMSNorm before RoPE; attention and MLP outputs pass a post-norm before the residual add; the
+//! MLP is GeGLU (tanh GELU); five of every six layers use sliding-window attention with their own RoPE
+//! base, the sixth is global.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::tensor::{Int, Tensor, backend::Backend};
+use cinder_runtime::attention::{AttentionCache, AttentionParams};
+use cinder_runtime::model::{CausalLm, Logits};
+use cinder_runtime::quant::QLinear;
+
+use crate::error::{ModelError, Result};
+use crate::layers::{Embedding, OutputHead, RmsNorm, Rope, RopeStyle, gelu_tanh};
+use crate::loader::WeightSource;
+
+/// Hyper-parameters of a Gemma 3 model.
+#[derive(Config, Debug, PartialEq)]
+pub struct Gemma3Config {
+    /// vocabulary size
+    pub vocab_size: usize,
+    /// model width
+    pub d_model: usize,
+    /// transformer blocks
+    pub n_layers: usize,
+    /// query heads
+    pub n_heads: usize,
+    /// key/value heads
+    pub n_kv_heads: usize,
+    /// per-head width (`key_length`)
+    pub head_dim: usize,
+    /// MLP hidden width
+    pub ffn_dim: usize,
+    /// RMSNorm epsilon
+    #[config(default = 1e-6)]
+    pub rms_eps: f64,
+    /// RoPE base of the global layers
+    #[config(default = 1_000_000.0)]
+    pub rope_theta_global: f64,
+    /// RoPE base of the sliding-window layers
+    #[config(default = 10_000.0)]
+    pub rope_theta_local: f64,
+    /// linear RoPE scaling of the global layers (1 = none)
+    #[config(default = 1.0)]
+    pub rope_linear_scale_global: f64,
+    /// sliding window of the local layers
+    #[config(default = 512)]
+    pub sliding_window: usize,
+    /// every `swa_pattern`-th layer is global (layer `i` is global when `(i + 1) % swa_pattern == 0`)
+    #[config(default = 6)]
+    pub swa_pattern: usize,
+    /// attention scale is `1 / sqrt(query_pre_attn_scalar)`
+    pub query_pre_attn_scalar: f64,
+    /// trained context length
+    #[config(default = 32768)]
+    pub context_length: usize,
+}
+
+impl Gemma3Config {
+    /// Checks the shapes fit together.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| {
+            Err(ModelError::Config {
+                arch: "gemma3".into(),
+                reason,
+            })
+        };
+        for (name, v) in [
+            ("vocab_size", self.vocab_size),
+            ("d_model", self.d_model),
+            ("n_layers", self.n_layers),
+            ("n_heads", self.n_heads),
+            ("n_kv_heads", self.n_kv_heads),
+            ("head_dim", self.head_dim),
+            ("ffn_dim", self.ffn_dim),
+            ("sliding_window", self.sliding_window),
+            ("swa_pattern", self.swa_pattern),
+            ("context_length", self.context_length),
+        ] {
+            if v == 0 {
+                return bad(format!("{name} is 0"));
+            }
+        }
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return bad(format!(
+                "n_heads {} is not a multiple of n_kv_heads {}",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return bad(format!("head_dim {} must be even", self.head_dim));
+        }
+        if !(self.query_pre_attn_scalar > 0.0 && self.query_pre_attn_scalar.is_finite()) {
+            return bad(format!(
+                "query_pre_attn_scalar {} out of range",
+                self.query_pre_attn_scalar
+            ));
+        }
+        if !(self.rms_eps > 0.0 && self.rms_eps < 1.0) {
+            return bad(format!("rms_eps {} out of range", self.rms_eps));
+        }
+        Ok(())
+    }
+
+    /// Whether layer `i` attends globally (otherwise through the sliding window).
+    pub fn is_global(&self, i: usize) -> bool {
+        (i + 1).is_multiple_of(self.swa_pattern)
+    }
+}
+
+/// One transformer block.
+#[derive(Module, Debug)]
+pub struct Gemma3Block<B: Backend> {
+    attn_norm: RmsNorm<B>,
+    wq: QLinear<B>,
+    wk: QLinear<B>,
+    wv: QLinear<B>,
+    wo: QLinear<B>,
+    q_norm: RmsNorm<B>,
+    k_norm: RmsNorm<B>,
+    post_attn_norm: RmsNorm<B>,
+    ffn_norm: RmsNorm<B>,
+    w_gate: QLinear<B>,
+    w_up: QLinear<B>,
+    w_down: QLinear<B>,
+    post_ffn_norm: RmsNorm<B>,
+}
+
+/// A Gemma 3 model.
+#[derive(Module, Debug)]
+pub struct Gemma3<B: Backend> {
+    embed: Embedding<B>,
+    blocks: Vec<Gemma3Block<B>>,
+    norm: RmsNorm<B>,
+    head: OutputHead<B>,
+    #[module(skip)]
+    config: Gemma3Config,
+}
+
+impl<B: Backend> Gemma3<B> {
+    /// Loads weights by module path: the Llama names plus `layers.{i}.{attn.q_norm, attn.k_norm,
+    /// post_attn_norm, post_ffn_norm}`.
+    pub fn load(config: Gemma3Config, src: &mut dyn WeightSource<B>) -> Result<Self> {
+        config.validate()?;
+        let c = &config;
+        let (d, hd) = (c.d_model, c.head_dim);
+        let embed = Embedding::new(src.linear("embed", c.vocab_size, d, false)?);
+        let mut blocks = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            let p = |s: &str| format!("layers.{i}.{s}");
+            let norm =
+                |src: &mut dyn WeightSource<B>, name: &str, len: usize| -> Result<RmsNorm<B>> {
+                    Ok(RmsNorm::new(src.vector(&p(name), len)?, c.rms_eps))
+                };
+            blocks.push(Gemma3Block {
+                attn_norm: norm(src, "attn_norm", d)?,
+                wq: src.linear(&p("attn.wq"), c.n_heads * hd, d, false)?,
+                wk: src.linear(&p("attn.wk"), c.n_kv_heads * hd, d, false)?,
+                wv: src.linear(&p("attn.wv"), c.n_kv_heads * hd, d, false)?,
+                wo: src.linear(&p("attn.wo"), d, c.n_heads * hd, false)?,
+                q_norm: norm(src, "attn.q_norm", hd)?,
+                k_norm: norm(src, "attn.k_norm", hd)?,
+                post_attn_norm: norm(src, "post_attn_norm", d)?,
+                ffn_norm: norm(src, "ffn_norm", d)?,
+                w_gate: src.linear(&p("mlp.gate"), c.ffn_dim, d, false)?,
+                w_up: src.linear(&p("mlp.up"), c.ffn_dim, d, false)?,
+                w_down: src.linear(&p("mlp.down"), d, c.ffn_dim, false)?,
+                post_ffn_norm: norm(src, "post_ffn_norm", d)?,
+            });
+        }
+        let norm = RmsNorm::new(src.vector("norm", d)?, c.rms_eps);
+        let separate = if src.has("lm_head") {
+            Some(src.linear("lm_head", c.vocab_size, d, false)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            embed,
+            blocks,
+            norm,
+            head: OutputHead { separate },
+            config,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Gemma3Config {
+        &self.config
+    }
+}
+
+impl<B: Backend> CausalLm<B> for Gemma3<B> {
+    fn forward(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        cache: &mut dyn AttentionCache<B>,
+        logits: Logits,
+    ) -> Tensor<B, 3> {
+        let c = &self.config;
+        let [b, t] = tokens.dims();
+        let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
+        let start = cache.position();
+        let rope_for = |global: bool| Rope {
+            n_rot: hd,
+            theta: if global {
+                c.rope_theta_global
+            } else {
+                c.rope_theta_local
+            },
+            style: RopeStyle::Neox,
+            linear_scale: if global {
+                c.rope_linear_scale_global
+            } else {
+                1.0
+            },
+        };
+        let scale = (1.0 / c.query_pre_attn_scalar.sqrt()) as f32;
+        // x: [b, t, d], scaled by sqrt(d) as Gemma does
+        let mut x = self
+            .embed
+            .forward(tokens)
+            .mul_scalar((c.d_model as f64).sqrt() as f32);
+        for (i, blk) in self.blocks.iter().enumerate() {
+            let global = c.is_global(i);
+            let rope = rope_for(global);
+            let params = AttentionParams {
+                scale,
+                sliding_window: (!global).then_some(c.sliding_window),
+                softcap: None,
+            };
+            let n = blk.attn_norm.forward(x.clone());
+            // [b, t, heads*hd] -> [b, heads, t, hd]; QK-norm over hd, then RoPE
+            let q = blk
+                .wq
+                .forward(n.clone())
+                .reshape([b, t, h, hd])
+                .swap_dims(1, 2);
+            let k = blk
+                .wk
+                .forward(n.clone())
+                .reshape([b, t, kvh, hd])
+                .swap_dims(1, 2);
+            let v = blk.wv.forward(n).reshape([b, t, kvh, hd]).swap_dims(1, 2);
+            let q = rope.apply(blk.q_norm.forward(q), start);
+            let k = rope.apply(blk.k_norm.forward(k), start);
+            let a = cache.attend(i, q, k, v, &params);
+            let a = a.swap_dims(1, 2).reshape([b, t, h * hd]);
+            x = x + blk.post_attn_norm.forward(blk.wo.forward(a));
+            let n = blk.ffn_norm.forward(x.clone());
+            let g = gelu_tanh(blk.w_gate.forward(n.clone())) * blk.w_up.forward(n);
+            x = x + blk.post_ffn_norm.forward(blk.w_down.forward(g));
+        }
+        cache.advance(t);
+        let n = logits.count(t);
+        let x = if n == t { x } else { x.narrow(1, t - n, n) };
+        let [b, tt, d] = x.dims();
+        let x = self.norm.forward(x).reshape([b * tt, d]);
+        self.head
+            .forward(x, &self.embed)
+            .reshape([b, tt, c.vocab_size])
+    }
+
+    fn n_layers(&self) -> usize {
+        self.config.n_layers
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.config.vocab_size
+    }
+
+    fn context_length(&self) -> usize {
+        self.config.context_length
+    }
+
+    fn device(&self) -> B::Device {
+        self.embed.table.device()
+    }
+}

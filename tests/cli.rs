@@ -1,0 +1,209 @@
+//! The `cinder` command-line contract, exercised on the real binary and the real default model.
+
+use std::process::Command;
+
+fn cinder() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_cinder"))
+}
+
+fn run_ok(args: &[&str]) -> (String, String) {
+    let out = cinder().args(args).output().expect("cinder runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "cinder {args:?} failed: {stderr}");
+    (stdout, stderr)
+}
+
+#[test]
+fn run_streams_only_generated_text() {
+    let (stdout, _) = run_ok(&[
+        "run",
+        "smollm2-135m",
+        "--prompt",
+        "The capital of France is",
+        "--max-tokens",
+        "4",
+        "--temperature",
+        "0",
+    ]);
+    // llama.cpp's greedy continuation starts " Paris.\n\n"; nothing else (no prompt, no logs) on stdout.
+    assert!(stdout.starts_with(" Paris."), "stdout was {stdout:?}");
+    assert!(!stdout.contains("capital"), "prompt echoed: {stdout:?}");
+}
+
+#[test]
+fn sampling_is_reproducible_with_a_seed() {
+    let args = [
+        "run",
+        "smollm2-135m",
+        "--prompt",
+        "Once upon a time",
+        "--max-tokens",
+        "12",
+        "--temperature",
+        "1.0",
+        "--seed",
+        "42",
+    ];
+    let (a, _) = run_ok(&args);
+    let (b, _) = run_ok(&args);
+    assert_eq!(a, b);
+    assert!(!a.trim().is_empty());
+}
+
+#[test]
+fn chat_applies_the_template() {
+    let (stdout, _) = run_ok(&[
+        "chat",
+        "smollm2-135m",
+        "--prompt",
+        "What is 2+2?",
+        "--max-tokens",
+        "16",
+        "--temperature",
+        "0",
+    ]);
+    // The template makes it answer as the assistant; the chat markers never leak into the text.
+    assert!(stdout.contains('4'), "answer was {stdout:?}");
+    assert!(
+        !stdout.contains("<|im_"),
+        "special tokens leaked: {stdout:?}"
+    );
+}
+
+#[test]
+fn info_reports_the_model() {
+    let (stdout, _) = run_ok(&["info", "smollm2-135m"]);
+    assert!(stdout.contains("architecture  llama"), "{stdout}");
+    assert!(stdout.contains("Q4_1: 210"), "{stdout}");
+    assert!(
+        stdout.contains("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
+        "{stdout}"
+    );
+    let (json, _) = run_ok(&["info", "smollm2-135m", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(json.trim()).expect("info --json is JSON");
+    assert_eq!(v["arch"], "llama");
+    assert_eq!(v["tensor_types"]["Q8_0"], 1);
+}
+
+#[test]
+fn perplexity_prints_llama_cpp_format_and_json() {
+    let (stdout, _) = run_ok(&[
+        "perplexity",
+        "smollm2-135m",
+        "--file",
+        "lee-corpus",
+        "--ctx",
+        "128",
+        "--chunks",
+        "2",
+    ]);
+    assert!(stdout.starts_with("PPL = "), "{stdout}");
+    assert!(stdout.contains(" +/- "), "{stdout}");
+    let (json, _) = run_ok(&[
+        "perplexity",
+        "smollm2-135m",
+        "--file",
+        "lee-corpus",
+        "--ctx",
+        "128",
+        "--chunks",
+        "2",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(json.trim()).expect("JSON");
+    let ppl = v["ppl"].as_f64().expect("ppl");
+    assert!(ppl > 1.0 && ppl < 1000.0, "ppl {ppl}");
+    // 2 chunks × (128 - 1 - 64) scored tokens
+    assert_eq!(v["tokens"], 126);
+}
+
+#[test]
+fn bench_json_has_the_contract_fields() {
+    let (stdout, _) = run_ok(&[
+        "bench",
+        "smollm2-135m",
+        "--prompt-tokens",
+        "16",
+        "--gen-tokens",
+        "4",
+        "--reps",
+        "1",
+        "--threads",
+        "2",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("bench --json is JSON");
+    for k in ["pp_tps", "tg_tps", "threads", "peak_rss_bytes"] {
+        assert!(v.get(k).is_some(), "missing {k} in {stdout}");
+    }
+    assert!(v["tg_tps"].as_f64().unwrap_or(0.0) > 0.0);
+    assert_eq!(v["threads"], 2);
+}
+
+#[test]
+fn bad_inputs_give_clear_errors() {
+    let dir = tempfile::tempdir().expect("tmp");
+    // A truncated GGUF: the error names the problem, exit code is non-zero, no panic.
+    let src = cinder::catalog::resolve("smollm2-135m")
+        .expect("model")
+        .path;
+    let bytes = std::fs::read(&src).expect("read");
+    let cut = dir.path().join("cut.gguf");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("write");
+    let out = cinder()
+        .args(["run", cut.to_str().unwrap_or_default(), "--prompt", "hi"])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("truncated"), "stderr: {err}");
+    assert!(!err.contains("panicked"), "stderr: {err}");
+
+    let junk = dir.path().join("junk.gguf");
+    std::fs::write(&junk, b"not a model at all").expect("write");
+    let out = cinder()
+        .args(["info", junk.to_str().unwrap_or_default()])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("bad magic"), "stderr: {err}");
+
+    let out = cinder()
+        .args(["run", "no-such-model", "--prompt", "x"])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("smollm2-135m"),
+        "should list known names: {err}"
+    );
+
+    let out = cinder()
+        .args(["run", "smollm2-135m", "--prompt", "x", "--backend", "tpu"])
+        .output()
+        .expect("runs");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown backend"));
+
+    // A prompt longer than the context: refused before any work.
+    let long = "word ".repeat(600);
+    let out = cinder()
+        .args([
+            "run",
+            "smollm2-135m",
+            "--prompt",
+            &long,
+            "--ctx",
+            "256",
+            "--max-tokens",
+            "8",
+        ])
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("exceeds the context"), "stderr: {err}");
+    assert!(!err.contains("panicked"), "stderr: {err}");
+}
