@@ -61,11 +61,9 @@ impl ActQuant {
                 let zero = amax.clone().equal_elem(0.0);
                 // iscale = 127 / amax (the sign ggml gives it cancels out), q = nearest_int(iscale·x),
                 // value = q · (1 / iscale).
-                let iscale = amax
-                    .mask_fill(zero.clone(), 1.0)
-                    .recip()
-                    .mul_scalar(127.0)
-                    .mask_fill(zero.clone(), 0.0);
+                let safe = amax.mask_fill(zero.clone(), 1.0);
+                let iscale =
+                    (safe.ones_like().mul_scalar(127.0) / safe).mask_fill(zero.clone(), 0.0);
                 let d = iscale
                     .clone()
                     .mask_fill(zero.clone(), 1.0)
@@ -197,6 +195,33 @@ mod tests {
             }
         }
         assert_eq!(bad, 0);
+    }
+
+    #[test]
+    fn q8k_matches_ggml_reference() {
+        let dev = Default::default();
+        let (n, k) = (3usize, 1024usize);
+        let x: Vec<f32> = (0..n * k)
+            .map(|i| ((i as f32) * 0.37).cos() * (0.5 + (i % 13) as f32))
+            .collect();
+        let t = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [n, k]), &dev);
+        let got: Vec<f32> = ActQuant::Q8K.apply(t).into_data().to_vec().unwrap();
+        for (bi, b) in x.chunks(256).enumerate() {
+            // quantize_row_q8_K_ref: signed max, iscale = -127/max, nearest_int, d = 1/iscale
+            let (mut amax, mut max) = (0f32, 0f32);
+            for &v in b {
+                if v.abs() > amax {
+                    amax = v.abs();
+                    max = v;
+                }
+            }
+            let iscale = -127.0 / max;
+            let d = 1.0 / iscale;
+            for j in 0..256 {
+                let q = ((iscale * b[j]).round_ties_even() as i32).min(127);
+                assert_eq!(got[bi * 256 + j], q as f32 * d, "block {bi} elem {j}");
+            }
+        }
     }
 
     #[test]
