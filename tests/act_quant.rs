@@ -31,7 +31,10 @@ impl BackendTask for Check {
             .map(|i| ((i as f32) * 0.61).sin() * (1.0 + (i % 7) as f32))
             .collect();
         // exact ties after scaling: a block whose max is 127 maps x to x exactly
-        x[..32].iter_mut().enumerate().for_each(|(j, v)| *v = j as f32 + 0.5);
+        x[..32]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(j, v)| *v = j as f32 + 0.5);
         x[0] = 127.0;
         let t = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [n, k]), &device);
         let got: Vec<f32> = ActQuant::for_weight(GgmlType::Q4_0)
@@ -42,11 +45,20 @@ impl BackendTask for Check {
             .expect("readback");
         let want = host_q8_0(&x);
         let bad: Vec<usize> = (0..want.len()).filter(|&i| got[i] != want[i]).collect();
-        assert!(bad.is_empty(), "{} mismatches, first at {:?}", bad.len(), bad.first().map(|&i| (x[i], got[i], want[i])));
+        assert!(
+            bad.is_empty(),
+            "{} mismatches, first at {:?}",
+            bad.len(),
+            bad.first().map(|&i| (x[i], got[i], want[i]))
+        );
 
         let v = vec![0.5f32, 1.5, 2.5, -0.5, -2.5, 0.499_999_97, 126.5, -3.2, 0.0];
         let t = Tensor::<B, 1>::from_data(TensorData::new(v.clone(), [v.len()]), &device);
-        let got: Vec<f32> = round_half_away(t).into_data().convert::<f32>().to_vec().expect("readback");
+        let got: Vec<f32> = round_half_away(t)
+            .into_data()
+            .convert::<f32>()
+            .to_vec()
+            .expect("readback");
         assert_eq!(got, v.iter().map(|x| x.round()).collect::<Vec<_>>());
 
         // f16 normal range only (see round_to_f16: subnormals keep 11 bits)
@@ -55,7 +67,11 @@ impl BackendTask for Check {
             .filter(|v| v.abs() > 6.2e-5)
             .collect();
         let t = Tensor::<B, 1>::from_data(TensorData::new(v.clone(), [v.len()]), &device);
-        let got: Vec<f32> = round_to_f16(t).into_data().convert::<f32>().to_vec().expect("readback");
+        let got: Vec<f32> = round_to_f16(t)
+            .into_data()
+            .convert::<f32>()
+            .to_vec()
+            .expect("readback");
         for (a, g) in v.iter().zip(got) {
             assert_eq!(g, half::f16::from_f32(*a).to_f32(), "f16 rounding of {a}");
         }

@@ -142,6 +142,22 @@ fn bench_json_has_the_contract_fields() {
 }
 
 #[test]
+fn pull_lists_the_catalog_and_verifies() {
+    let (list, _) = run_ok(&["pull", "--list"]);
+    for name in [
+        "smollm2-135m",
+        "gemma3-270m",
+        "all-minilm-l6-v2",
+        "lee-corpus",
+    ] {
+        assert!(list.contains(name), "{name} missing from {list}");
+    }
+    // Already cached: verified against the pinned sha256 and reported.
+    let (out, _) = run_ok(&["pull", "smollm2-135m"]);
+    assert!(out.contains("b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"));
+}
+
+#[test]
 fn bad_inputs_give_clear_errors() {
     let dir = tempfile::tempdir().expect("tmp");
     // A truncated GGUF: the error names the problem, exit code is non-zero, no panic.

@@ -653,7 +653,6 @@ fn write_fuzz_seed_corpus() {
 
 // ---- the real model -------------------------------------------------------------------------------
 
-const SMOLLM2: &str = "/tmp/models/SmolLM2-135M-Instruct.Q4_1.gguf";
 const SMOLLM2_HEAD: &[u8] = include_bytes!("data/smollm2_head.bin");
 
 fn smollm2_head() -> Vec<(String, Vec<f32>)> {
@@ -680,11 +679,9 @@ fn smollm2_head() -> Vec<(String, Vec<f32>)> {
 
 #[test]
 fn real_model_smollm2() {
-    if !std::path::Path::new(SMOLLM2).exists() {
-        println!("note: {SMOLLM2} absent; real-model test skipped");
-        return;
-    }
-    let f = GgufFile::open(SMOLLM2).unwrap();
+    // The catalog's sha256-verified copy (pulled on first use).
+    let path = cinder_catalog::resolve("smollm2-135m").unwrap().path;
+    let f = GgufFile::open(&path).unwrap();
     assert_eq!(f.tensors().len(), 272);
     assert_eq!(f.architecture().unwrap(), "llama");
     let head = smollm2_head();

@@ -1,6 +1,6 @@
 //! Tokenizers of the real models Cinder's catalog pins, against llama.cpp (through node-llama-cpp): the
 //! `prompt_tokens` of `tests/data/vocab/*.greedy.jsonl` (BOS included when the model adds it) and the
-//! detokenized `text` of the greedy continuations. Skipped, with a note, when the model file is absent.
+//! detokenized `text` of the greedy continuations. The files come from the catalog (pulled on first use).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -8,15 +8,20 @@ use std::time::Instant;
 use cinder_gguf::GgufFile;
 use cinder_gguf::tokenizer::{GgufTokenizer, TokenizerKind};
 
+/// The catalog's copy of a model file (pulled and sha256-verified on first use), or a file in
+/// `$CINDER_MODEL_DIR` when that is set.
 fn model(file: &str) -> Option<PathBuf> {
-    let dir = std::env::var_os("CINDER_MODEL_DIR")
-        .map_or_else(|| PathBuf::from("/tmp/models"), PathBuf::from);
-    let p = dir.join(file);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("note: {} is absent; skipping this test", p.display());
-        None
+    if let Some(dir) = std::env::var_os("CINDER_MODEL_DIR") {
+        return Some(PathBuf::from(dir).join(file));
+    }
+    let name = match file {
+        "SmolLM2-135M-Instruct.Q4_1.gguf" => "smollm2-135m",
+        "gemma-3-270m-q4_k_m.gguf" => "gemma3-270m",
+        other => panic!("no catalog entry for {other}"),
+    };
+    match cinder_catalog::resolve(name) {
+        Ok(r) => Some(r.path),
+        Err(e) => panic!("cannot get {name}: {e}"),
     }
 }
 
