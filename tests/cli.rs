@@ -65,6 +65,23 @@ fn chat_applies_the_template() {
     ]);
     // The template makes it answer as the assistant; the chat markers never leak into the text.
     assert!(stdout.contains('4'), "answer was {stdout:?}");
+    // The rendered template tokenizes with its control tokens recognised: exactly the token ids
+    // llama.cpp was given for the same conversation (the reference's chat-format prompt).
+    let f = cinder::gguf::GgufFile::open(
+        cinder::catalog::resolve("smollm2-135m")
+            .expect("model")
+            .path,
+    )
+    .expect("gguf");
+    let tok = cinder::gguf::tokenizer::GgufTokenizer::from_gguf(&f).expect("tokenizer");
+    let msgs = [cinder::runtime::tokenizer::ChatMessage::new(
+        "user",
+        "What is 2+2?",
+    )];
+    let text =
+        cinder::runtime::tokenizer::apply_chat_template(&tok, &msgs, true).expect("template");
+    let ids = tok.tokenize(&text, false, true).expect("tokenize");
+    assert_eq!(ids[..3], [1, 9690, 198], "{text:?} -> {ids:?}"); // <|im_start|> system \n
     assert!(
         !stdout.contains("<|im_"),
         "special tokens leaked: {stdout:?}"

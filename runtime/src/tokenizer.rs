@@ -34,10 +34,16 @@ pub fn apply_chat_template(
     messages: &[ChatMessage],
     add_generation_prompt: bool,
 ) -> Result<String> {
-    let template = tok
-        .chat_template
-        .as_deref()
-        .ok_or_else(|| RuntimeError::Template("the model has no tokenizer.chat_template".into()))?;
+    let template = match tok.chat_template.as_deref() {
+        Some(t) => t,
+        None => fallback_template(tok).ok_or_else(|| {
+            RuntimeError::Template(
+                "the model has no tokenizer.chat_template and its vocabulary matches no built-in \
+                 chat format (Gemma turns, ChatML)"
+                    .into(),
+            )
+        })?,
+    };
     let mut env = minijinja::Environment::new();
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function(
@@ -65,6 +71,31 @@ pub fn apply_chat_template(
         eos_token => token_text(tok.eos_id),
     })
     .map_err(|e| RuntimeError::Template(e.to_string()))
+}
+
+/// Gemma's turn format (`<start_of_turn>user … <end_of_turn>`; system text is folded into the first
+/// user turn, as Gemma's own template does).
+const GEMMA_TEMPLATE: &str = "{{ bos_token }}{% if messages and messages[0].role == 'system' %}\
+{% set sys = messages[0].content ~ '\n\n' %}{% set turns = messages[1:] %}\
+{% else %}{% set sys = '' %}{% set turns = messages %}{% endif %}\
+{% for m in turns %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n\
+{% if loop.first %}{{ sys }}{% endif %}{{ m.content | trim }}<end_of_turn>\n{% endfor %}\
+{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
+
+/// ChatML (`<|im_start|>role … <|im_end|>`).
+const CHATML_TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n\
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// A built-in template for files that carry none, chosen by the special tokens the vocabulary has
+/// (as llama.cpp falls back to known formats).
+fn fallback_template(tok: &GgufTokenizer) -> Option<&'static str> {
+    if tok.token_id("<start_of_turn>").is_some() {
+        Some(GEMMA_TEMPLATE)
+    } else if tok.token_id("<|im_start|>").is_some() {
+        Some(CHATML_TEMPLATE)
+    } else {
+        None
+    }
 }
 
 /// Turns a growing token sequence into text pieces, holding back bytes until they form whole UTF-8

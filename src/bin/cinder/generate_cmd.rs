@@ -154,8 +154,9 @@ impl BackendTask for ChatTask {
         let turn = |messages: &mut Vec<ChatMessage>, user: String| -> Result<()> {
             messages.push(ChatMessage::new("user", user));
             let text = apply_chat_template(&m.tokenizer, messages, true)?;
-            // The template writes BOS itself where the model wants one.
-            let ids = m.tokenizer.encode(&text, false)?;
+            // The template writes BOS itself where the model wants one, and its control tokens
+            // (`<|im_start|>`, `<start_of_turn>`) must be parsed as such, not as text.
+            let ids = m.tokenizer.tokenize(&text, false, true)?;
             let out = generate(&m.model, &m.tokenizer, &ids, &opts, &mut stream_to_stdout)?;
             println!();
             report(&out);
