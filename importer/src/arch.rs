@@ -104,15 +104,16 @@ pub fn embedding_rows(f: &GgufFile) -> Result<usize> {
     }
 }
 
-/// Builds a [`LlamaConfig`] from GGUF metadata (`llama.*`, `mistral.*`, `qwen2.*`).
-pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
-    let arch = f.architecture()?;
-    if !LLAMA_FAMILY.contains(&arch) {
-        return Err(ImportError::UnsupportedArch(
-            arch.to_string(),
-            LLAMA_FAMILY.join(", "),
-        ));
-    }
+/// The transformer shape every decoder architecture stores under `{arch}.*`.
+struct Dims {
+    d_model: usize,
+    n_layers: usize,
+    n_heads: usize,
+    n_kv_heads: usize,
+    head_dim: usize,
+}
+
+fn dims(f: &GgufFile, arch: &str) -> Result<Dims> {
     let d_model = get_usize(f, &key(arch, "embedding_length"))?;
     let n_layers = get_usize(f, &key(arch, "block_count"))?;
     let n_heads = get_usize(f, &key(arch, "attention.head_count"))?;
@@ -125,6 +126,44 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
         .into());
     }
     let head_dim = opt_usize(f, &key(arch, "attention.key_length"))?.unwrap_or(d_model / n_heads);
+    Ok(Dims {
+        d_model,
+        n_layers,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    })
+}
+
+/// Linear RoPE scaling factor (`rope.scaling.type = linear`), 1 when absent.
+fn rope_linear_scale(f: &GgufFile, arch: &str) -> Result<f64> {
+    Ok(
+        match f
+            .get(&key(arch, "rope.scaling.type"))
+            .and_then(|v| v.as_str())
+        {
+            Some("linear") => f.opt_f64(&key(arch, "rope.scaling.factor"))?.unwrap_or(1.0),
+            _ => 1.0,
+        },
+    )
+}
+
+/// Builds a [`LlamaConfig`] from GGUF metadata (`llama.*`, `mistral.*`, `qwen2.*`).
+pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
+    let arch = f.architecture()?;
+    if !LLAMA_FAMILY.contains(&arch) {
+        return Err(ImportError::UnsupportedArch(
+            arch.to_string(),
+            LLAMA_FAMILY.join(", "),
+        ));
+    }
+    let Dims {
+        d_model,
+        n_layers,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = dims(f, arch)?;
     let ffn_dim = get_usize(f, &key(arch, "feed_forward_length"))?;
     let rms_eps = f
         .opt_f64(&key(arch, "attention.layer_norm_rms_epsilon"))?
@@ -132,13 +171,7 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     let rope_theta = f.opt_f64(&key(arch, "rope.freq_base"))?.unwrap_or(10000.0);
     let rope_dim = opt_usize(f, &key(arch, "rope.dimension_count"))?.unwrap_or(head_dim);
     let context_length = opt_usize(f, &key(arch, "context_length"))?.unwrap_or(4096);
-    let rope_linear_scale = match f
-        .get(&key(arch, "rope.scaling.type"))
-        .and_then(|v| v.as_str())
-    {
-        Some("linear") => f.opt_f64(&key(arch, "rope.scaling.factor"))?.unwrap_or(1.0),
-        _ => 1.0,
-    };
+    let rope_linear_scale = rope_linear_scale(f, arch)?;
     // llama.cpp: LLAMA_ROPE_TYPE_NORM for llama/mistral (the converter permuted Q/K), NEOX for qwen2.
     let rope_layout = match arch {
         "qwen2" => RopeLayout::Neox,
@@ -168,18 +201,13 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
 /// Builds a [`Gemma3Config`] from `gemma3.*` metadata.
 pub fn gemma3_config(f: &GgufFile) -> Result<Gemma3Config> {
     let arch = "gemma3";
-    let d_model = get_usize(f, &key(arch, "embedding_length"))?;
-    let n_layers = get_usize(f, &key(arch, "block_count"))?;
-    let n_heads = get_usize(f, &key(arch, "attention.head_count"))?;
-    let n_kv_heads = opt_usize(f, &key(arch, "attention.head_count_kv"))?.unwrap_or(n_heads);
-    if n_heads == 0 {
-        return Err(GgufError::BadKey {
-            key: key(arch, "attention.head_count"),
-            reason: "is 0".into(),
-        }
-        .into());
-    }
-    let head_dim = opt_usize(f, &key(arch, "attention.key_length"))?.unwrap_or(d_model / n_heads);
+    let Dims {
+        d_model,
+        n_layers,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+    } = dims(f, arch)?;
     // Gemma 3 scales queries by 1/sqrt(query_pre_attn_scalar): head_dim for every size but 27B (62
     // layers), which uses d_model / n_heads — the same rule llama.cpp applies.
     let query_pre_attn_scalar = if n_layers == 62 {
@@ -187,13 +215,7 @@ pub fn gemma3_config(f: &GgufFile) -> Result<Gemma3Config> {
     } else {
         head_dim as f64
     };
-    let rope_linear_scale = match f
-        .get(&key(arch, "rope.scaling.type"))
-        .and_then(|v| v.as_str())
-    {
-        Some("linear") => f.opt_f64(&key(arch, "rope.scaling.factor"))?.unwrap_or(1.0),
-        _ => 1.0,
-    };
+    let rope_linear_scale = rope_linear_scale(f, arch)?;
     let cfg = Gemma3Config::new(
         embedding_rows(f)?,
         d_model,

@@ -14,7 +14,7 @@ use cinder_runtime::attention::{AttentionCache, AttentionParams};
 use cinder_runtime::model::{CausalLm, Logits};
 use cinder_runtime::quant::QLinear;
 
-use crate::error::{ModelError, Result};
+use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{Embedding, OutputHead, RmsNorm, Rope, RopeStyle, gelu_tanh};
 use crate::loader::WeightSource;
 
@@ -69,28 +69,23 @@ impl Gemma3Config {
                 reason,
             })
         };
-        for (name, v) in [
-            ("vocab_size", self.vocab_size),
-            ("d_model", self.d_model),
-            ("n_layers", self.n_layers),
-            ("n_heads", self.n_heads),
-            ("n_kv_heads", self.n_kv_heads),
-            ("head_dim", self.head_dim),
-            ("ffn_dim", self.ffn_dim),
-            ("sliding_window", self.sliding_window),
-            ("swa_pattern", self.swa_pattern),
-            ("context_length", self.context_length),
-        ] {
-            if v == 0 {
-                return bad(format!("{name} is 0"));
-            }
-        }
-        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
-            return bad(format!(
-                "n_heads {} is not a multiple of n_kv_heads {}",
-                self.n_heads, self.n_kv_heads
-            ));
-        }
+        check_shape(
+            "gemma3",
+            &[
+                ("vocab_size", self.vocab_size),
+                ("d_model", self.d_model),
+                ("n_layers", self.n_layers),
+                ("n_heads", self.n_heads),
+                ("n_kv_heads", self.n_kv_heads),
+                ("head_dim", self.head_dim),
+                ("ffn_dim", self.ffn_dim),
+                ("sliding_window", self.sliding_window),
+                ("swa_pattern", self.swa_pattern),
+                ("context_length", self.context_length),
+            ],
+            self.n_heads,
+            self.n_kv_heads,
+        )?;
         if !self.head_dim.is_multiple_of(2) {
             return bad(format!("head_dim {} must be even", self.head_dim));
         }
@@ -278,5 +273,28 @@ impl<B: Backend> CausalLm<B> for Gemma3<B> {
 
     fn device(&self) -> B::Device {
         self.embed.table.device()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_sixth_layer_is_global() {
+        let c = Gemma3Config::new(262144, 640, 18, 4, 1, 256, 2048, 256.0);
+        assert!(c.validate().is_ok());
+        let global: Vec<usize> = (0..18).filter(|&i| c.is_global(i)).collect();
+        assert_eq!(global, [5, 11, 17]);
+        let bad = Gemma3Config {
+            swa_pattern: 0,
+            ..c
+        };
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("swa_pattern is 0")
+        );
     }
 }

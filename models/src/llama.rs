@@ -12,7 +12,7 @@ use cinder_runtime::model::{CausalLm, Logits};
 use cinder_runtime::quant::QLinear;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{ModelError, Result};
+use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{Embedding, OutputHead, RmsNorm, Rope, RopeStyle, silu};
 use crate::loader::WeightSource;
 
@@ -88,26 +88,21 @@ impl LlamaConfig {
                 reason,
             })
         };
-        for (name, v) in [
-            ("vocab_size", self.vocab_size),
-            ("d_model", self.d_model),
-            ("n_layers", self.n_layers),
-            ("n_heads", self.n_heads),
-            ("n_kv_heads", self.n_kv_heads),
-            ("head_dim", self.head_dim),
-            ("ffn_dim", self.ffn_dim),
-            ("context_length", self.context_length),
-        ] {
-            if v == 0 {
-                return bad(format!("{name} is 0"));
-            }
-        }
-        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
-            return bad(format!(
-                "n_heads {} is not a multiple of n_kv_heads {}",
-                self.n_heads, self.n_kv_heads
-            ));
-        }
+        check_shape(
+            "llama",
+            &[
+                ("vocab_size", self.vocab_size),
+                ("d_model", self.d_model),
+                ("n_layers", self.n_layers),
+                ("n_heads", self.n_heads),
+                ("n_kv_heads", self.n_kv_heads),
+                ("head_dim", self.head_dim),
+                ("ffn_dim", self.ffn_dim),
+                ("context_length", self.context_length),
+            ],
+            self.n_heads,
+            self.n_kv_heads,
+        )?;
         if self.rope_dim == 0 || !self.rope_dim.is_multiple_of(2) || self.rope_dim > self.head_dim {
             return bad(format!(
                 "rope_dim {} must be even and in 1..={}",
@@ -276,5 +271,55 @@ impl<B: Backend> CausalLm<B> for Llama<B> {
 
     fn device(&self) -> B::Device {
         self.embed.table.device()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn smollm2() -> LlamaConfig {
+        LlamaConfig::new(49152, 576, 30, 9, 3, 64, 1536, 64)
+    }
+
+    #[test]
+    fn valid_config_passes_and_bad_ones_are_named() {
+        assert!(smollm2().validate().is_ok());
+        let err = |c: LlamaConfig| c.validate().unwrap_err().to_string();
+        assert!(
+            err(LlamaConfig {
+                n_kv_heads: 4,
+                ..smollm2()
+            })
+            .contains("multiple of n_kv_heads")
+        );
+        assert!(
+            err(LlamaConfig {
+                ffn_dim: 0,
+                ..smollm2()
+            })
+            .contains("ffn_dim is 0")
+        );
+        assert!(
+            err(LlamaConfig {
+                rope_dim: 65,
+                ..smollm2()
+            })
+            .contains("rope_dim")
+        );
+        assert!(
+            err(LlamaConfig {
+                n_kv_heads: 0,
+                ..smollm2()
+            })
+            .contains("n_kv_heads")
+        );
+        assert!(
+            err(LlamaConfig {
+                rms_eps: f64::NAN,
+                ..smollm2()
+            })
+            .contains("rms_eps")
+        );
     }
 }
