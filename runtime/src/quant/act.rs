@@ -179,7 +179,7 @@ mod tests {
         .into_data()
         .to_vec()
         .unwrap();
-        let mut bad = 0;
+        let mut bad = Vec::new();
         for (bi, b) in x.chunks(32).enumerate() {
             let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
             let id = 1.0 / (amax / 127.0);
@@ -187,14 +187,16 @@ mod tests {
             for j in 0..32 {
                 let want = (b[j] * id).round() * dh;
                 if got[bi * 32 + j] != want {
-                    bad += 1;
-                    if bad < 5 {
-                        eprintln!("{bi} {j} {} {}", got[bi * 32 + j], want);
-                    }
+                    bad.push((bi, j, got[bi * 32 + j], want));
                 }
             }
         }
-        assert_eq!(bad, 0);
+        assert!(
+            bad.is_empty(),
+            "{} mismatches, first {:?}",
+            bad.len(),
+            bad.first()
+        );
     }
 
     #[test]

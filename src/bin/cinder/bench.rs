@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use cinder::backends::BackendKind;
 use cinder::prelude::*;
 use cinder::runtime::attention::ContiguousKvCache;
@@ -56,9 +56,7 @@ impl BackendTask for Task {
     type Output = Result<()>;
     fn run<B: Backend>(self, device: B::Device) -> Result<()> {
         let a = self.args;
-        let path = crate::resolve_model(&a.model)?;
-        let m = cinder::importer::load_gguf::<B>(&path, &device)
-            .with_context(|| format!("loading {}", path.display()))?;
+        let m = crate::load_model::<B>(&a.model, &device)?;
         let model = &m.model;
         let vocab = model.vocab_size() as u32;
         // A deterministic, non-degenerate prompt: ids spread over the vocabulary.

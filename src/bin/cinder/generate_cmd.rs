@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, Write};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use cinder::prelude::*;
 use cinder::runtime::tokenizer::{ChatMessage, apply_chat_template};
 use clap::Args;
@@ -102,9 +102,7 @@ impl BackendTask for RunTask {
     type Output = Result<()>;
     fn run<B: Backend>(self, device: B::Device) -> Result<()> {
         let a = self.0;
-        let path = crate::resolve_model(&a.model)?;
-        let m = cinder::importer::load_gguf::<B>(&path, &device)
-            .with_context(|| format!("loading {}", path.display()))?;
+        let m = crate::load_model::<B>(&a.model, &device)?;
         let ids = m.tokenizer.encode(&a.prompt, true)?;
         let out = generate(
             &m.model,
@@ -143,9 +141,7 @@ impl BackendTask for ChatTask {
     type Output = Result<()>;
     fn run<B: Backend>(self, device: B::Device) -> Result<()> {
         let a = self.0;
-        let path = crate::resolve_model(&a.model)?;
-        let m = cinder::importer::load_gguf::<B>(&path, &device)
-            .with_context(|| format!("loading {}", path.display()))?;
+        let m = crate::load_model::<B>(&a.model, &device)?;
         let mut messages = Vec::new();
         if let Some(s) = &a.system {
             messages.push(ChatMessage::new("system", s.clone()));

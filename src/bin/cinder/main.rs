@@ -66,6 +66,16 @@ pub fn resolve_model(model: &str) -> Result<PathBuf> {
     Ok(r.path)
 }
 
+/// Resolves MODEL and loads it (GGUF) on `device`.
+pub fn load_model<B: cinder::backends::Backend>(
+    model: &str,
+    device: &B::Device,
+) -> Result<cinder::importer::LoadedModel<B>> {
+    let path = resolve_model(model)?;
+    cinder::importer::load_gguf::<B>(&path, device)
+        .with_context(|| format!("loading {}", path.display()))
+}
+
 fn init_logging(verbose: u8) {
     let default = match verbose {
         0 => "warn",

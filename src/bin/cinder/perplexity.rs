@@ -40,9 +40,7 @@ impl BackendTask for Task {
         };
         let text = std::fs::read_to_string(&text_path)
             .with_context(|| format!("reading {} as UTF-8 text", text_path.display()))?;
-        let path = crate::resolve_model(&a.model)?;
-        let m = cinder::importer::load_gguf::<B>(&path, &device)
-            .with_context(|| format!("loading {}", path.display()))?;
+        let m = crate::load_model::<B>(&a.model, &device)?;
         // As llama-perplexity: tokenize the whole text, BOS at the very start only if the model adds it.
         let tokens = m.tokenizer.encode(&text, true)?;
         let bos = if m.tokenizer.add_bos {
