@@ -10,8 +10,11 @@ use crate::error::{ImportError, Result};
 /// GGUF `general.architecture` values served by [`cinder_models::llama`].
 pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2"];
 
-/// Module path pattern -> GGUF tensor name pattern (`{i}` = block index), Llama family.
-pub const LLAMA_GGUF_NAMES: &[(&str, &str)] = &[
+/// Module path pattern -> GGUF tensor name pattern (`{i}` = block index).
+pub type NameTable = &'static [(&'static str, &'static str)];
+
+/// The names every Llama-style decoder block shares.
+const DECODER_NAMES: NameTable = &[
     ("embed", "token_embd"),
     ("norm", "output_norm"),
     ("lm_head", "output"),
@@ -26,28 +29,22 @@ pub const LLAMA_GGUF_NAMES: &[(&str, &str)] = &[
     ("layers.{i}.mlp.down", "blk.{i}.ffn_down"),
 ];
 
-/// Gemma 3: the Llama table plus QK-norms and post-norms.
-pub const GEMMA3_GGUF_NAMES: &[(&str, &str)] = &[
-    ("embed", "token_embd"),
-    ("norm", "output_norm"),
-    ("lm_head", "output"),
-    ("layers.{i}.attn_norm", "blk.{i}.attn_norm"),
-    ("layers.{i}.attn.wq", "blk.{i}.attn_q"),
-    ("layers.{i}.attn.wk", "blk.{i}.attn_k"),
-    ("layers.{i}.attn.wv", "blk.{i}.attn_v"),
-    ("layers.{i}.attn.wo", "blk.{i}.attn_output"),
+/// What Gemma 3 adds: QK-norms and post-norms.
+const GEMMA3_EXTRA_NAMES: NameTable = &[
     ("layers.{i}.attn.q_norm", "blk.{i}.attn_q_norm"),
     ("layers.{i}.attn.k_norm", "blk.{i}.attn_k_norm"),
     ("layers.{i}.post_attn_norm", "blk.{i}.post_attention_norm"),
-    ("layers.{i}.ffn_norm", "blk.{i}.ffn_norm"),
     ("layers.{i}.post_ffn_norm", "blk.{i}.post_ffw_norm"),
-    ("layers.{i}.mlp.gate", "blk.{i}.ffn_gate"),
-    ("layers.{i}.mlp.up", "blk.{i}.ffn_up"),
-    ("layers.{i}.mlp.down", "blk.{i}.ffn_down"),
 ];
 
-/// Maps a module path (`layers.3.attn.wq`) to its GGUF base name (`blk.3.attn_q`) through `table`.
-pub fn map_name(table: &[(&str, &str)], path: &str) -> Option<String> {
+/// Name tables of the Llama family.
+pub const LLAMA_GGUF_NAMES: &[NameTable] = &[DECODER_NAMES];
+
+/// Name tables of Gemma 3.
+pub const GEMMA3_GGUF_NAMES: &[NameTable] = &[DECODER_NAMES, GEMMA3_EXTRA_NAMES];
+
+/// Maps a module path (`layers.3.attn.wq`) to its GGUF base name (`blk.3.attn_q`) through `tables`.
+pub fn map_name(tables: &[NameTable], path: &str) -> Option<String> {
     // Split a leading `layers.N.` into the index and the rest.
     let (index, pattern) = match path.strip_prefix("layers.") {
         Some(rest) => {
@@ -57,7 +54,10 @@ pub fn map_name(table: &[(&str, &str)], path: &str) -> Option<String> {
         }
         None => (None, path.to_string()),
     };
-    let (_, gguf) = table.iter().find(|(m, _)| *m == pattern)?;
+    let (_, gguf) = tables
+        .iter()
+        .flat_map(|t| t.iter())
+        .find(|(m, _)| *m == pattern)?;
     Some(match index {
         Some(n) => gguf.replace("{i}", n),
         None => gguf.to_string(),

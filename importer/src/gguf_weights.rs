@@ -5,31 +5,27 @@ use cinder_gguf::{GgufFile, TensorInfo};
 use cinder_models::{ModelError, WeightSource};
 use cinder_runtime::quant::QLinear;
 
-use crate::arch::map_name;
+use crate::arch::{NameTable, map_name};
 
 /// GGUF tensors seen through a module-path -> tensor-name table.
 pub struct GgufWeights<'a, B: Backend> {
     file: &'a GgufFile,
-    table: &'static [(&'static str, &'static str)],
+    tables: &'static [NameTable],
     device: B::Device,
 }
 
 impl<'a, B: Backend> GgufWeights<'a, B> {
-    /// A source over `file` using `table` (see [`crate::arch`]).
-    pub fn new(
-        file: &'a GgufFile,
-        table: &'static [(&'static str, &'static str)],
-        device: B::Device,
-    ) -> Self {
+    /// A source over `file` using `tables` (see [`crate::arch`]).
+    pub fn new(file: &'a GgufFile, tables: &'static [NameTable], device: B::Device) -> Self {
         Self {
             file,
-            table,
+            tables,
             device,
         }
     }
 
     fn info(&self, path: &str, suffix: &str) -> Result<&'a TensorInfo, ModelError> {
-        let base = map_name(self.table, path).ok_or_else(|| ModelError::Weight {
+        let base = map_name(self.tables, path).ok_or_else(|| ModelError::Weight {
             path: path.to_string(),
             reason: "no GGUF name for this module path in the architecture's table".into(),
         })?;
@@ -63,7 +59,7 @@ fn check_dims(path: &str, info: &TensorInfo, want: &[u64]) -> Result<(), ModelEr
 
 impl<B: Backend> WeightSource<B> for GgufWeights<'_, B> {
     fn has(&self, path: &str) -> bool {
-        map_name(self.table, path)
+        map_name(self.tables, path)
             .is_some_and(|base| self.file.tensor(&format!("{base}.weight")).is_some())
     }
 
@@ -100,16 +96,6 @@ impl<B: Backend> WeightSource<B> for GgufWeights<'_, B> {
         check_dims(path, info, &[len as u64])?;
         let v = self.f32_values(path, info)?;
         Ok(Tensor::from_data(TensorData::new(v, [len]), &self.device))
-    }
-
-    fn matrix(&mut self, path: &str, rows: usize, cols: usize) -> Result<Tensor<B, 2>, ModelError> {
-        let info = self.info(path, "weight")?;
-        check_dims(path, info, &[cols as u64, rows as u64])?;
-        let v = self.f32_values(path, info)?;
-        Ok(Tensor::from_data(
-            TensorData::new(v, [rows, cols]),
-            &self.device,
-        ))
     }
 
     fn device(&self) -> B::Device {

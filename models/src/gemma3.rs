@@ -15,7 +15,10 @@ use cinder_runtime::model::{CausalLm, Logits};
 use cinder_runtime::quant::QLinear;
 
 use crate::error::{ModelError, Result, check_shape};
-use crate::layers::{Embedding, OutputHead, RmsNorm, Rope, RopeStyle, gelu_tanh};
+use crate::layers::{
+    Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, gelu_tanh, merge_heads,
+    split_heads,
+};
 use crate::loader::WeightSource;
 
 /// Hyper-parameters of a Gemma 3 model.
@@ -196,23 +199,25 @@ impl<B: Backend> CausalLm<B> for Gemma3<B> {
         logits: Logits,
     ) -> Tensor<B, 3> {
         let c = &self.config;
-        let [b, t] = tokens.dims();
+        let t = tokens.dims()[1];
         let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
         let start = cache.position();
-        let rope_for = |global: bool| Rope {
+        let device = self.device();
+        // Sliding-window layers and global layers rotate with different bases: one table each.
+        let rope_local = Rope {
             n_rot: hd,
-            theta: if global {
-                c.rope_theta_global
-            } else {
-                c.rope_theta_local
-            },
+            theta: c.rope_theta_local,
             style: RopeStyle::Neox,
-            linear_scale: if global {
-                c.rope_linear_scale_global
-            } else {
-                1.0
-            },
-        };
+            linear_scale: 1.0,
+        }
+        .angles::<B>(start, t, &device);
+        let rope_global = Rope {
+            n_rot: hd,
+            theta: c.rope_theta_global,
+            style: RopeStyle::Neox,
+            linear_scale: c.rope_linear_scale_global,
+        }
+        .angles::<B>(start, t, &device);
         let scale = (1.0 / c.query_pre_attn_scalar.sqrt()) as f32;
         // x: [b, t, d], scaled by sqrt(d) as Gemma does
         let mut x = self
@@ -221,42 +226,27 @@ impl<B: Backend> CausalLm<B> for Gemma3<B> {
             .mul_scalar((c.d_model as f64).sqrt() as f32);
         for (i, blk) in self.blocks.iter().enumerate() {
             let global = c.is_global(i);
-            let rope = rope_for(global);
+            let rope = if global { &rope_global } else { &rope_local };
             let params = AttentionParams {
                 scale,
                 sliding_window: (!global).then_some(c.sliding_window),
                 softcap: None,
             };
             let n = blk.attn_norm.forward(x.clone());
-            // [b, t, heads*hd] -> [b, heads, t, hd]; QK-norm over hd, then RoPE
-            let q = blk
-                .wq
-                .forward(n.clone())
-                .reshape([b, t, h, hd])
-                .swap_dims(1, 2);
-            let k = blk
-                .wk
-                .forward(n.clone())
-                .reshape([b, t, kvh, hd])
-                .swap_dims(1, 2);
-            let v = blk.wv.forward(n).reshape([b, t, kvh, hd]).swap_dims(1, 2);
-            let q = rope.apply(blk.q_norm.forward(q), start);
-            let k = rope.apply(blk.k_norm.forward(k), start);
-            let a = cache.attend(i, q, k, v, &params);
-            let a = a.swap_dims(1, 2).reshape([b, t, h * hd]);
+            // q [b, h, t, hd]; k, v [b, kvh, t, hd]; QK-norm over hd, then RoPE
+            let q = split_heads(blk.wq.forward(n.clone()), h, hd);
+            let k = split_heads(blk.wk.forward(n.clone()), kvh, hd);
+            let v = split_heads(blk.wv.forward(n), kvh, hd);
+            let q = rope.apply(blk.q_norm.forward(q));
+            let k = rope.apply(blk.k_norm.forward(k));
+            let a = merge_heads(cache.attend(i, q, k, v, &params));
             x = x + blk.post_attn_norm.forward(blk.wo.forward(a));
             let n = blk.ffn_norm.forward(x.clone());
             let g = gelu_tanh(blk.w_gate.forward(n.clone())) * blk.w_up.forward(n);
             x = x + blk.post_ffn_norm.forward(blk.w_down.forward(g));
         }
         cache.advance(t);
-        let n = logits.count(t);
-        let x = if n == t { x } else { x.narrow(1, t - n, n) };
-        let [b, tt, d] = x.dims();
-        let x = self.norm.forward(x).reshape([b * tt, d]);
-        self.head
-            .forward(x, &self.embed)
-            .reshape([b, tt, c.vocab_size])
+        final_logits(x, logits, &self.norm, &self.head, &self.embed)
     }
 
     fn n_layers(&self) -> usize {

@@ -13,7 +13,9 @@ use cinder_runtime::quant::QLinear;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result, check_shape};
-use crate::layers::{Embedding, OutputHead, RmsNorm, Rope, RopeStyle, silu};
+use crate::layers::{
+    Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, merge_heads, silu, split_heads,
+};
 use crate::loader::WeightSource;
 
 /// RoPE pairing as stored in the checkpoint (serializable mirror of [`RopeStyle`]).
@@ -212,10 +214,9 @@ impl<B: Backend> CausalLm<B> for Llama<B> {
         logits: Logits,
     ) -> Tensor<B, 3> {
         let c = &self.config;
-        let [b, t] = tokens.dims();
+        let t = tokens.dims()[1];
         let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
-        let start = cache.position();
-        let rope = self.rope();
+        let rope = self.rope().angles::<B>(cache.position(), t, &self.device());
         let params = AttentionParams {
             scale: 1.0 / (hd as f32).sqrt(),
             sliding_window: c.sliding_window,
@@ -225,36 +226,18 @@ impl<B: Backend> CausalLm<B> for Llama<B> {
         let mut x = self.embed.forward(tokens);
         for (i, blk) in self.blocks.iter().enumerate() {
             let n = blk.attn_norm.forward(x.clone());
-            // [b, t, heads*hd] -> [b, heads, t, hd]
-            let q = blk
-                .wq
-                .forward(n.clone())
-                .reshape([b, t, h, hd])
-                .swap_dims(1, 2);
-            let k = blk
-                .wk
-                .forward(n.clone())
-                .reshape([b, t, kvh, hd])
-                .swap_dims(1, 2);
-            let v = blk.wv.forward(n).reshape([b, t, kvh, hd]).swap_dims(1, 2);
-            let q = rope.apply(q, start);
-            let k = rope.apply(k, start);
-            let a = cache.attend(i, q, k, v, &params);
-            // [b, h, t, hd] -> [b, t, h*hd]
-            let a = a.swap_dims(1, 2).reshape([b, t, h * hd]);
+            // q [b, h, t, hd]; k, v [b, kvh, t, hd]
+            let q = rope.apply(split_heads(blk.wq.forward(n.clone()), h, hd));
+            let k = rope.apply(split_heads(blk.wk.forward(n.clone()), kvh, hd));
+            let v = split_heads(blk.wv.forward(n), kvh, hd);
+            let a = merge_heads(cache.attend(i, q, k, v, &params));
             x = x + blk.wo.forward(a);
             let n = blk.ffn_norm.forward(x.clone());
             let g = silu(blk.w_gate.forward(n.clone())) * blk.w_up.forward(n);
             x = x + blk.w_down.forward(g);
         }
         cache.advance(t);
-        let n = logits.count(t);
-        let x = if n == t { x } else { x.narrow(1, t - n, n) };
-        let [b, tt, d] = x.dims();
-        let x = self.norm.forward(x).reshape([b * tt, d]);
-        self.head
-            .forward(x, &self.embed)
-            .reshape([b, tt, c.vocab_size])
+        final_logits(x, logits, &self.norm, &self.head, &self.embed)
     }
 
     fn n_layers(&self) -> usize {

@@ -24,9 +24,6 @@ pub trait WeightSource<B: Backend> {
     /// A vector of `len` f32 values (norm weights).
     fn vector(&mut self, path: &str, len: usize) -> Result<Tensor<B, 1>>;
 
-    /// A row-major matrix `[rows, cols]` in f32 (embedding tables).
-    fn matrix(&mut self, path: &str, rows: usize, cols: usize) -> Result<Tensor<B, 2>>;
-
     /// The device weights are placed on.
     fn device(&self) -> B::Device;
 }

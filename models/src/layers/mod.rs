@@ -3,6 +3,7 @@
 
 use burn::module::{Module, Param};
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use cinder_runtime::model::Logits;
 use cinder_runtime::quant::QLinear;
 use cinder_runtime::quant::act::round_to_f16;
 
@@ -57,9 +58,9 @@ pub struct Rope {
 }
 
 impl Rope {
-    /// `x` `[b, h, t, head_dim]` for positions `start .. start + t`.
-    pub fn apply<B: Backend>(&self, x: Tensor<B, 4>, start: usize) -> Tensor<B, 4> {
-        let [b, h, t, hd] = x.dims();
+    /// The rotation angles for positions `start .. start + t`, computed once per forward on the host
+    /// (`t × n_rot/2` values) and shared by every layer's Q and K.
+    pub fn angles<B: Backend>(&self, start: usize, t: usize, device: &B::Device) -> RopeAngles<B> {
         let half = self.n_rot / 2;
         let mut cos = Vec::with_capacity(t * half);
         let mut sin = Vec::with_capacity(t * half);
@@ -72,7 +73,29 @@ impl Rope {
                 sin.push(s as f32);
             }
         }
-        let device = x.device();
+        RopeAngles {
+            cos: Tensor::from_data(TensorData::new(cos, [1, 1, t, half, 1]), device),
+            sin: Tensor::from_data(TensorData::new(sin, [1, 1, t, half, 1]), device),
+            style: self.style,
+            n_rot: self.n_rot,
+        }
+    }
+}
+
+/// RoPE angles for one forward's positions: `cos`/`sin` `[1, 1, t, n_rot/2, 1]`.
+#[derive(Debug, Clone)]
+pub struct RopeAngles<B: Backend> {
+    cos: Tensor<B, 5>,
+    sin: Tensor<B, 5>,
+    style: RopeStyle,
+    n_rot: usize,
+}
+
+impl<B: Backend> RopeAngles<B> {
+    /// Rotates the first `n_rot` dims of each head of `x` `[b, h, t, head_dim]`.
+    pub fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
+        let [b, h, t, hd] = x.dims();
+        let half = self.n_rot / 2;
         let (rot, pass) = if self.n_rot < hd {
             (
                 x.clone().narrow(3, 0, self.n_rot),
@@ -81,12 +104,11 @@ impl Rope {
         } else {
             (x, None)
         };
+        let (c, s) = (self.cos.clone(), self.sin.clone());
         let rotated = match self.style {
             RopeStyle::Neox => {
-                let c: Tensor<B, 4> =
-                    Tensor::from_data(TensorData::new(cos, [1, 1, t, half]), &device);
-                let s: Tensor<B, 4> =
-                    Tensor::from_data(TensorData::new(sin, [1, 1, t, half]), &device);
+                let c: Tensor<B, 4> = c.reshape([1, 1, t, half]);
+                let s: Tensor<B, 4> = s.reshape([1, 1, t, half]);
                 let x0 = rot.clone().narrow(3, 0, half);
                 let x1 = rot.narrow(3, half, half);
                 let o0 = x0.clone() * c.clone() - x1.clone() * s.clone();
@@ -94,10 +116,6 @@ impl Rope {
                 Tensor::cat(vec![o0, o1], 3)
             }
             RopeStyle::Interleaved => {
-                let c: Tensor<B, 5> =
-                    Tensor::from_data(TensorData::new(cos, [1, 1, t, half, 1]), &device);
-                let s: Tensor<B, 5> =
-                    Tensor::from_data(TensorData::new(sin, [1, 1, t, half, 1]), &device);
                 let pairs: Tensor<B, 5> = rot.reshape([b, h, t, half, 2]);
                 let x0 = pairs.clone().narrow(4, 0, 1);
                 let x1 = pairs.narrow(4, 1, 1);
@@ -111,6 +129,35 @@ impl Rope {
             None => rotated,
         }
     }
+}
+
+/// `[b, t, heads * head_dim]` -> `[b, heads, t, head_dim]` (the layout the attention op takes).
+pub fn split_heads<B: Backend>(x: Tensor<B, 3>, heads: usize, head_dim: usize) -> Tensor<B, 4> {
+    let [b, t, _] = x.dims();
+    x.reshape([b, t, heads, head_dim]).swap_dims(1, 2)
+}
+
+/// `[b, heads, t, head_dim]` -> `[b, t, heads * head_dim]`.
+pub fn merge_heads<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 3> {
+    let [b, h, t, hd] = x.dims();
+    x.swap_dims(1, 2).reshape([b, t, h * hd])
+}
+
+/// The decoder tail shared by every architecture: keep the positions `logits` asks for, final norm,
+/// vocabulary projection. `x` `[b, t, d]` -> `[b, n, vocab]`.
+pub fn final_logits<B: Backend>(
+    x: Tensor<B, 3>,
+    logits: Logits,
+    norm: &RmsNorm<B>,
+    head: &OutputHead<B>,
+    embed: &Embedding<B>,
+) -> Tensor<B, 3> {
+    let [b, t, d] = x.dims();
+    let n = logits.count(t);
+    let x = if n == t { x } else { x.narrow(1, t - n, n) };
+    let x = norm.forward(x).reshape([b * n, d]);
+    let vocab = embed.vocab_size();
+    head.forward(x, embed).reshape([b, n, vocab])
 }
 
 /// SiLU (swish): `x · σ(x)`.
