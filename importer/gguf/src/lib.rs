@@ -17,5 +17,5 @@ mod types;
 pub mod writer;
 
 pub use error::{GgufError, Result};
-pub use reader::{GgufFile, MAX_ARRAY_NESTING};
+pub use reader::{GgufFile, MAX_ARRAY_NESTING, SharedBytes};
 pub use types::{GgmlType, TensorInfo, Value, ValueType};

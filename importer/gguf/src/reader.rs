@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::error::{GgufError, Result};
 use crate::types::{GgmlType, TensorInfo, Value, ValueType};
@@ -31,9 +32,51 @@ impl Backing {
     }
 }
 
+/// A shared, read-only byte range of a GGUF file (or of owned bytes): tensor data handed to a
+/// quantized layer without copying. It keeps the memory map alive, so a loaded model's weights are the
+/// file's own pages.
+#[derive(Clone)]
+pub struct SharedBytes {
+    backing: Arc<Backing>,
+    start: usize,
+    len: usize,
+}
+
+impl SharedBytes {
+    /// Owned bytes (weights made in memory: quantized on the fly, tests).
+    pub fn from_vec(bytes: Vec<u8>) -> Self {
+        let len = bytes.len();
+        Self {
+            backing: Arc::new(Backing::Owned(bytes)),
+            start: 0,
+            len,
+        }
+    }
+}
+
+impl std::ops::Deref for SharedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // start..start+len was checked against the backing when the handle was made.
+        &self.backing.bytes()[self.start..self.start + self.len]
+    }
+}
+
+impl AsRef<[u8]> for SharedBytes {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+impl std::fmt::Debug for SharedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SharedBytes({} bytes at {})", self.len, self.start)
+    }
+}
+
 /// A parsed and validated GGUF file. Tensor data is borrowed from the memory map, never copied.
 pub struct GgufFile {
-    backing: Backing,
+    backing: Arc<Backing>,
     version: u32,
     metadata: BTreeMap<String, Value>,
     /// keys in file order (the writer's order is kept for `info` output)
@@ -214,6 +257,7 @@ impl GgufFile {
     }
 
     fn from_backing(backing: Backing) -> Result<Self> {
+        let backing = Arc::new(backing);
         let buf = backing.bytes();
         let len = buf.len() as u64;
         let mut c = Cursor { buf, pos: 0 };
@@ -508,6 +552,23 @@ impl GgufFile {
         match (start.map(usize::try_from), end.map(usize::try_from)) {
             (Some(Ok(start)), Some(Ok(end))) => self.backing.bytes().get(start..end).unwrap_or(&[]),
             _ => &[],
+        }
+    }
+
+    /// A tensor's bytes as a shared handle that keeps the file mapped (zero-copy weight loading).
+    /// A foreign `TensorInfo` outside the file yields an empty handle, as [`Self::tensor_data`] does.
+    pub fn tensor_shared(&self, info: &TensorInfo) -> SharedBytes {
+        let data = self.tensor_data(info);
+        let base = self.backing.bytes().as_ptr() as usize;
+        let start = if data.is_empty() {
+            0
+        } else {
+            data.as_ptr() as usize - base
+        };
+        SharedBytes {
+            backing: Arc::clone(&self.backing),
+            start,
+            len: data.len(),
         }
     }
 

@@ -1,0 +1,183 @@
+//! Activation quantization: the input of a quantized product, rounded into the block format the weight
+//! type is paired with (llama.cpp's `vec_dot_type`).
+//!
+//! - Q4_0/Q5_0/Q8_0 weights see `block_q8_0` (32 values, f16 scale), Q4_1/Q5_1 see `block_q8_1` (plus
+//!   `s = d·Σq` as f16, which folds the weight's offset `m` into one product per block).
+//! - K-quants see `block_q8_K` (256 values, f32 scale, 16-value partial sums `bsums`).
+//! - F16 weights see activations rounded to f16, BF16 weights to bf16, F32 weights f32.
+//!
+//! The 32-wide formats round like ggml's x86 SIMD quantizer (`id = 127/amax`, round half to even); the
+//! 256-wide one like `quantize_row_q8_K_ref` (`iscale = -127/max`, round half to even, `d = 1/iscale`).
+
+use half::{bf16, f16};
+
+/// Values per 32-wide block.
+pub const QK: usize = 32;
+/// Values per K-quant super-block.
+pub const QK_K: usize = 256;
+
+/// One `block_q8_0` / `block_q8_1` of activations, unpacked for the kernels.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub struct BlockQ8 {
+    /// quantized values
+    pub qs: [i8; QK],
+    /// scale (the f16-stored value, widened)
+    pub d: f32,
+    /// `d·Σqs` rounded to f16 and widened (used by the offset formats Q4_1/Q5_1)
+    pub s: f32,
+}
+
+/// One `block_q8_K` of activations.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+pub struct BlockQ8K {
+    /// quantized values
+    pub qs: [i8; QK_K],
+    /// partial sums of 16 consecutive `qs`
+    pub bsums: [i16; QK_K / 16],
+    /// scale
+    pub d: f32,
+}
+
+/// Activations rounded for one weight type, for `m` rows of `k` values.
+#[derive(Debug, Clone)]
+pub enum Activations {
+    /// f32 values (F32 weights; F16/BF16 weights get values already rounded to their width)
+    F32(Vec<f32>),
+    /// `k/32` blocks per row
+    Q8(Vec<BlockQ8>),
+    /// `k/256` blocks per row
+    Q8K(Vec<BlockQ8K>),
+}
+
+/// Quantizes one 32-value block (`x.len() == 32`).
+pub fn quantize_q8(x: &[f32]) -> BlockQ8 {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let mut qs = [0i8; QK];
+    let mut sum = 0i32;
+    for (q, &v) in qs.iter_mut().zip(x) {
+        // |v·id| <= 127 up to one rounding; the clamp keeps a stray 127.00001 in range.
+        let r = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
+        *q = r;
+        sum += r as i32;
+    }
+    BlockQ8 {
+        qs,
+        d: f16::from_f32(d).to_f32(),
+        s: f16::from_f32(d * sum as f32).to_f32(),
+    }
+}
+
+/// Quantizes one 256-value super-block (`x.len() == 256`).
+pub fn quantize_q8k(x: &[f32]) -> BlockQ8K {
+    let mut amax = 0.0f32;
+    let mut max = 0.0f32;
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    let mut b = BlockQ8K {
+        qs: [0; QK_K],
+        bsums: [0; QK_K / 16],
+        d: 0.0,
+    };
+    if amax == 0.0 {
+        return b;
+    }
+    let iscale = -127.0 / max;
+    for (q, &v) in b.qs.iter_mut().zip(x) {
+        *q = (iscale * v).round_ties_even().clamp(-128.0, 127.0) as i8;
+    }
+    for (s, chunk) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
+        *s = chunk.iter().map(|&q| q as i16).sum();
+    }
+    b.d = 1.0 / iscale;
+    b
+}
+
+/// The activation format a weight of `ty` pairs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActKind {
+    /// f32
+    F32,
+    /// f32 rounded to f16
+    F16,
+    /// f32 rounded to bf16
+    BF16,
+    /// `block_q8_0`/`block_q8_1`
+    Q8,
+    /// `block_q8_K`
+    Q8K,
+}
+
+/// Rounds `m` rows of `k` values (`x.len() == m·k`) into `kind`. `k` must be a multiple of the block
+/// width for the block formats (a validated quantized weight guarantees it).
+pub fn quantize(kind: ActKind, x: &[f32], k: usize) -> Activations {
+    match kind {
+        ActKind::F32 => Activations::F32(x.to_vec()),
+        ActKind::F16 => Activations::F32(x.iter().map(|&v| f16::from_f32(v).to_f32()).collect()),
+        ActKind::BF16 => Activations::F32(x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect()),
+        ActKind::Q8 => {
+            debug_assert_eq!(k % QK, 0);
+            Activations::Q8(x.chunks_exact(QK).map(quantize_q8).collect())
+        }
+        ActKind::Q8K => {
+            debug_assert_eq!(k % QK_K, 0);
+            Activations::Q8K(x.chunks_exact(QK_K).map(quantize_q8k).collect())
+        }
+    }
+}
+
+/// The values the kernels see: activations rounded into `kind` and expanded back to f32, for
+/// backends that compute with f32 weights (the generic fallback) and for tests.
+pub fn fake_quantize(kind: ActKind, x: &[f32], k: usize) -> Vec<f32> {
+    match quantize(kind, x, k) {
+        Activations::F32(v) => v,
+        Activations::Q8(blocks) => blocks
+            .iter()
+            .flat_map(|b| b.qs.iter().map(move |&q| q as f32 * b.d))
+            .collect(),
+        Activations::Q8K(blocks) => blocks
+            .iter()
+            .flat_map(|b| b.qs.iter().map(move |&q| q as f32 * b.d))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q8_block_round_trips_within_half_a_step() {
+        let x: Vec<f32> = (0..32).map(|i| (i as f32 - 13.3) * 0.37).collect();
+        let b = quantize_q8(&x);
+        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!(b.qs.iter().any(|&q| q.unsigned_abs() == 127));
+        for (&q, &v) in b.qs.iter().zip(&x) {
+            assert!((q as f32 * amax / 127.0 - v).abs() <= amax / 127.0 * 0.5 + 1e-6);
+        }
+        let sum: i32 = b.qs.iter().map(|&q| q as i32).sum();
+        assert_eq!(b.s, f16::from_f32(amax / 127.0 * sum as f32).to_f32());
+    }
+
+    #[test]
+    fn q8k_sign_convention_and_bsums() {
+        let mut x: Vec<f32> = (0..256).map(|i| ((i * 37) % 101) as f32 - 50.0).collect();
+        x[7] = 90.0; // largest magnitude, positive: ggml's iscale is then negative
+        let b = quantize_q8k(&x);
+        assert_eq!(b.qs[7], -127);
+        assert!(b.d < 0.0);
+        for (j, s) in b.bsums.iter().enumerate() {
+            let want: i16 = b.qs[16 * j..16 * j + 16].iter().map(|&q| q as i16).sum();
+            assert_eq!(*s, want);
+        }
+        let all_zero = quantize_q8k(&[0.0; 256]);
+        assert_eq!(all_zero.d, 0.0);
+    }
+}

@@ -1,0 +1,332 @@
+//! x86-64 AVX2 + FMA (+ F16C) dot products. Each computes exactly what its [`crate::scalar`] twin does
+//! (same integer lanes, same float operations in the same order), so the two agree bit for bit.
+//!
+//! Every function here requires the CPU features it is compiled for; [`crate::Isa::detect`] selects
+//! this module only after `is_x86_feature_detected!` confirmed them.
+#![allow(unsafe_op_in_unsafe_fn)]
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use crate::act::{BlockQ8, BlockQ8K};
+use crate::scalar::scale_min_k4;
+
+#[inline]
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum8(v: __m256) -> f32 {
+    let r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    let r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    _mm_cvtss_f32(r)
+}
+
+/// 16 bytes of nibbles -> 32 bytes in element order (low nibbles first).
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn nibbles32(p: *const u8) -> __m256i {
+    let t = _mm_loadu_si128(p as *const __m128i);
+    let both = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+}
+
+/// Byte `i` = 0xFF where bit `i` of `qh` is set.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn bits32(qh: u32) -> __m256i {
+    let v = _mm256_set1_epi32(qh as i32);
+    let pick = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    let bytes = _mm256_shuffle_epi8(v, pick);
+    let mask = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_and_si256(bytes, mask), mask)
+}
+
+/// 8 i32 lanes: lane `j` = Σ of products of bytes `4j..4j+4`, unsigned `a` times signed `b`.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn lanes_us(a: __m256i, b: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
+}
+
+/// As [`lanes_us`] for two signed operands (sign moved onto `b`).
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn lanes_ss(a: __m256i, b: __m256i) -> __m256i {
+    lanes_us(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a))
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn load_q(x: &[i8]) -> __m256i {
+    _mm256_loadu_si256(x.as_ptr() as *const __m256i)
+}
+
+/// Q4_0 · Q8_0.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q4_0(w: &[u8], x: &[BlockQ8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (b, xb) in w.chunks_exact(18).zip(x) {
+        let d = _mm256_set1_ps(f16_at(b, 0) * xb.d);
+        let q = _mm256_sub_epi8(nibbles32(b.as_ptr().add(2)), _mm256_set1_epi8(8));
+        let l = _mm256_cvtepi32_ps(lanes_ss(q, load_q(&xb.qs)));
+        acc = _mm256_fmadd_ps(d, l, acc);
+    }
+    hsum8(acc)
+}
+
+/// Q4_1 · Q8_1.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q4_1(w: &[u8], x: &[BlockQ8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0.0f32;
+    for (b, xb) in w.chunks_exact(20).zip(x) {
+        summs += f16_at(b, 2) * xb.s;
+        let d = _mm256_set1_ps(f16_at(b, 0) * xb.d);
+        let q = nibbles32(b.as_ptr().add(4));
+        let l = _mm256_cvtepi32_ps(lanes_us(q, load_q(&xb.qs)));
+        acc = _mm256_fmadd_ps(d, l, acc);
+    }
+    hsum8(acc) + summs
+}
+
+#[inline]
+fn qh_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// Q5_0 · Q8_0.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q5_0(w: &[u8], x: &[BlockQ8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (b, xb) in w.chunks_exact(22).zip(x) {
+        let d = _mm256_set1_ps(f16_at(b, 0) * xb.d);
+        let hi = _mm256_and_si256(bits32(qh_at(b, 2)), _mm256_set1_epi8(0x10));
+        let q = _mm256_or_si256(nibbles32(b.as_ptr().add(6)), hi);
+        let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+        let l = _mm256_cvtepi32_ps(lanes_ss(q, load_q(&xb.qs)));
+        acc = _mm256_fmadd_ps(d, l, acc);
+    }
+    hsum8(acc)
+}
+
+/// Q5_1 · Q8_1.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q5_1(w: &[u8], x: &[BlockQ8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0.0f32;
+    for (b, xb) in w.chunks_exact(24).zip(x) {
+        summs += f16_at(b, 2) * xb.s;
+        let d = _mm256_set1_ps(f16_at(b, 0) * xb.d);
+        let hi = _mm256_and_si256(bits32(qh_at(b, 4)), _mm256_set1_epi8(0x10));
+        let q = _mm256_or_si256(nibbles32(b.as_ptr().add(8)), hi);
+        let l = _mm256_cvtepi32_ps(lanes_us(q, load_q(&xb.qs)));
+        acc = _mm256_fmadd_ps(d, l, acc);
+    }
+    hsum8(acc) + summs
+}
+
+/// Q8_0 · Q8_0.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q8_0(w: &[u8], x: &[BlockQ8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for (b, xb) in w.chunks_exact(34).zip(x) {
+        let d = _mm256_set1_ps(f16_at(b, 0) * xb.d);
+        let q = _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i);
+        let l = _mm256_cvtepi32_ps(lanes_ss(q, load_q(&xb.qs)));
+        acc = _mm256_fmadd_ps(d, l, acc);
+    }
+    hsum8(acc)
+}
+
+/// The min terms of a Q4_K/Q5_K super-block (4 float lanes, as the scalar twin).
+#[inline]
+fn kmins(scales: &[u8], dmin: f32, xb: &BlockQ8K, accm: &mut [f32; 4]) {
+    let bs = |s: usize| xb.bsums[2 * s] as i32 + xb.bsums[2 * s + 1] as i32;
+    for (k, a) in accm.iter_mut().enumerate() {
+        let m0 = scale_min_k4(2 * k, scales).1 as i32;
+        let m1 = scale_min_k4(2 * k + 1, scales).1 as i32;
+        let mk = m0 * bs(2 * k) + m1 * bs(2 * k + 1);
+        *a = dmin.mul_add(mk as f32, *a);
+    }
+}
+
+#[inline]
+fn finish_kmins(total: f32, accm: [f32; 4]) -> f32 {
+    total + ((accm[0] + accm[2]) + (accm[1] + accm[3]))
+}
+
+/// Q4_K · Q8_K.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q4_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut accm = [0.0f32; 4];
+    let m4 = _mm256_set1_epi8(0x0F);
+    for (b, xb) in w.chunks_exact(144).zip(x) {
+        let scales = &b[4..16];
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..4 {
+            let sl = _mm256_set1_epi16(scale_min_k4(2 * c, scales).0 as i16);
+            let sh = _mm256_set1_epi16(scale_min_k4(2 * c + 1, scales).0 as i16);
+            let bits = _mm256_loadu_si256(b.as_ptr().add(16 + 32 * c) as *const __m256i);
+            let lo = _mm256_and_si256(bits, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load_q(&xb.qs[64 * c..])), sl);
+            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load_q(&xb.qs[64 * c + 32..])), sh);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        let d = xb.d * f16_at(b, 0);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        kmins(scales, -xb.d * f16_at(b, 2), xb, &mut accm);
+    }
+    finish_kmins(hsum8(acc), accm)
+}
+
+/// Q5_K · Q8_K.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q5_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut accm = [0.0f32; 4];
+    let m4 = _mm256_set1_epi8(0x0F);
+    let one = _mm256_set1_epi8(1);
+    for (b, xb) in w.chunks_exact(176).zip(x) {
+        let scales = &b[4..16];
+        let hbits = _mm256_loadu_si256(b.as_ptr().add(16) as *const __m256i);
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..4 {
+            let sl = _mm256_set1_epi16(scale_min_k4(2 * c, scales).0 as i16);
+            let sh = _mm256_set1_epi16(scale_min_k4(2 * c + 1, scales).0 as i16);
+            let bits = _mm256_loadu_si256(b.as_ptr().add(48 + 32 * c) as *const __m256i);
+            let hl = _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * c as i32)), one);
+            let hh =
+                _mm256_and_si256(_mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
+            let lo = _mm256_or_si256(_mm256_and_si256(bits, m4), _mm256_slli_epi16(hl, 4));
+            let hi = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4),
+                _mm256_slli_epi16(hh, 4),
+            );
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load_q(&xb.qs[64 * c..])), sl);
+            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load_q(&xb.qs[64 * c + 32..])), sh);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        let d = xb.d * f16_at(b, 0);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        kmins(scales, -xb.d * f16_at(b, 2), xb, &mut accm);
+    }
+    finish_kmins(hsum8(acc), accm)
+}
+
+/// Q6_K · Q8_K.
+#[target_feature(enable = "avx2,fma")]
+pub unsafe fn dot_q6_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(3);
+    let m32 = _mm256_set1_epi8(32);
+    for (b, xb) in w.chunks_exact(210).zip(x) {
+        let scales = &b[192..208];
+        let mut sumi = _mm256_setzero_si256();
+        for n in 0..2 {
+            let ql0 = _mm256_loadu_si256(b.as_ptr().add(64 * n) as *const __m256i);
+            let ql1 = _mm256_loadu_si256(b.as_ptr().add(64 * n + 32) as *const __m256i);
+            let qh = _mm256_loadu_si256(b.as_ptr().add(128 + 32 * n) as *const __m256i);
+            let high = |shift: i32| {
+                let h = match shift {
+                    0 => qh,
+                    2 => _mm256_srli_epi16(qh, 2),
+                    4 => _mm256_srli_epi16(qh, 4),
+                    _ => _mm256_srli_epi16(qh, 6),
+                };
+                _mm256_slli_epi16(_mm256_and_si256(h, m2), 4)
+            };
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0)),
+                _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6)),
+            ];
+            for (t, qv) in q.iter().enumerate() {
+                let s = 4 * n + t;
+                let y = load_q(&xb.qs[32 * s..]);
+                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(*qv, y), _mm256_maddubs_epi16(m32, y));
+                let sc = _mm256_set_m128i(
+                    _mm_set1_epi16(scales[2 * s + 1] as i8 as i16),
+                    _mm_set1_epi16(scales[2 * s] as i8 as i16),
+                );
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
+            }
+        }
+        let d = xb.d * f16_at(b, 208);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum8(acc)
+}
+
+/// The float formats (see [`crate::scalar::dot_float`]); `load(i)` reads 8 weights at value `i`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_float(k: usize, load: impl Fn(usize) -> __m256, w1: impl Fn(usize) -> f32, x: &[f32]) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let steps = k / 32;
+    for t in 0..steps {
+        for (a, av) in acc.iter_mut().enumerate() {
+            let i = 32 * t + 8 * a;
+            let xv = _mm256_loadu_ps(x.as_ptr().add(i));
+            *av = _mm256_fmadd_ps(load(i), xv, *av);
+        }
+    }
+    let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut tail = 0.0f32;
+    for i in 32 * steps..k {
+        tail = w1(i).mul_add(x[i], tail);
+    }
+    hsum8(sum) + tail
+}
+
+/// F32 · f32.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_f32(w: &[u8], x: &[f32]) -> f32 {
+    let p = w.as_ptr() as *const f32;
+    dot_float(
+        x.len(),
+        |i| _mm256_loadu_ps(p.add(i)),
+        |i| f32::from_le_bytes([w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]]),
+        x,
+    )
+}
+
+/// F16 · f16-rounded activations.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_f16(w: &[u8], x: &[f32]) -> f32 {
+    let p = w.as_ptr();
+    dot_float(
+        x.len(),
+        |i| _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i) as *const __m128i)),
+        |i| f16_at(w, 2 * i),
+        x,
+    )
+}
+
+/// BF16 · bf16-rounded activations.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot_bf16(w: &[u8], x: &[f32]) -> f32 {
+    let p = w.as_ptr();
+    dot_float(
+        x.len(),
+        |i| {
+            let h = _mm_loadu_si128(p.add(2 * i) as *const __m128i);
+            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+        },
+        |i| f32::from_bits((u16::from_le_bytes([w[2 * i], w[2 * i + 1]]) as u32) << 16),
+        x,
+    )
+}

@@ -1,0 +1,344 @@
+//! # cinder-kernels
+//!
+//! Matrix products with weights kept in their GGUF block formats. Activations are rounded into the
+//! 8-bit block format the weight type pairs with ([`act`]) and multiplied with integer dot products, as
+//! llama.cpp's CPU backend does; the float formats (F32/F16/BF16) use FMA dot products.
+//!
+//! [`Isa::detect`] picks the fastest instruction set the CPU has at run time (AVX2+FMA+F16C on x86-64,
+//! otherwise the portable [`scalar`] path). Both compute the same arithmetic in the same order, so their
+//! results are identical bit for bit (see `tests/`), and the choice never changes what a model says.
+//! Work is split over output rows with rayon (the global pool Cinder sizes with `--threads`).
+#![warn(missing_docs)]
+
+pub mod act;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+pub mod scalar;
+
+use std::sync::OnceLock;
+
+use cinder_gguf::GgmlType;
+use rayon::prelude::*;
+
+use act::{ActKind, Activations, BlockQ8, BlockQ8K};
+
+/// Errors of the kernels: a weight type without a kernel, or buffers that disagree with the shape.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// No kernel for this storage type.
+    #[error("no CPU kernel for weight type {0}")]
+    Unsupported(&'static str),
+    /// A buffer's length does not match the shape.
+    #[error("{what}: expected {expected} {unit}, got {got}")]
+    Shape {
+        /// which buffer
+        what: &'static str,
+        /// length implied by the shape
+        expected: usize,
+        /// actual length
+        got: usize,
+        /// bytes or values
+        unit: &'static str,
+    },
+}
+
+/// The instruction set a product runs with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// portable Rust (the reference every SIMD path is tested against)
+    Scalar,
+    /// x86-64 AVX2 + FMA + F16C
+    Avx2,
+}
+
+impl Isa {
+    /// The best instruction set this CPU supports. `CINDER_KERNELS=scalar` forces the portable path
+    /// (for comparisons and debugging).
+    pub fn detect() -> Isa {
+        static BEST: OnceLock<Isa> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            if std::env::var("CINDER_KERNELS").is_ok_and(|v| v == "scalar") {
+                return Isa::Scalar;
+            }
+            if Isa::Avx2.is_available() {
+                Isa::Avx2
+            } else {
+                Isa::Scalar
+            }
+        })
+    }
+
+    /// Whether this CPU can run `self`.
+    pub fn is_available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Isa::Avx2 => false,
+        }
+    }
+
+    /// Short name for logs and benchmark reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+        }
+    }
+}
+
+/// The activation format paired with a weight type, or `None` without a kernel.
+pub fn act_kind(ty: GgmlType) -> Option<ActKind> {
+    use GgmlType::*;
+    Some(match ty {
+        F32 => ActKind::F32,
+        F16 => ActKind::F16,
+        BF16 => ActKind::BF16,
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => ActKind::Q8,
+        Q4_K | Q5_K | Q6_K => ActKind::Q8K,
+        _ => return None,
+    })
+}
+
+/// Whether [`matmul`] has a kernel for `ty`.
+pub fn supports(ty: GgmlType) -> bool {
+    act_kind(ty).is_some()
+}
+
+type DotQ8 = fn(&[u8], &[BlockQ8]) -> f32;
+type DotQ8K = fn(&[u8], &[BlockQ8K]) -> f32;
+type DotF = fn(&[u8], &[f32]) -> f32;
+
+/// One row-dot function, typed by the activation format it reads.
+#[derive(Clone, Copy)]
+enum Dot {
+    Q8(DotQ8),
+    Q8K(DotQ8K),
+    F(DotF),
+}
+
+// SAFETY (every wrapper below): `Isa::Avx2` is only chosen after `Isa::is_available` confirmed
+// AVX2, FMA and F16C on this CPU; the slices are whole blocks, checked by `matmul`.
+#[cfg(target_arch = "x86_64")]
+mod avx2_safe {
+    use super::*;
+    macro_rules! wrap {
+        ($($name:ident: $act:ty),* $(,)?) => {$(
+            pub fn $name(w: &[u8], x: &[$act]) -> f32 {
+                unsafe { crate::avx2::$name(w, x) }
+            }
+        )*};
+    }
+    wrap!(dot_q4_0: BlockQ8, dot_q4_1: BlockQ8, dot_q5_0: BlockQ8, dot_q5_1: BlockQ8,
+          dot_q8_0: BlockQ8, dot_q4_k: BlockQ8K, dot_q5_k: BlockQ8K, dot_q6_k: BlockQ8K,
+          dot_f32: f32, dot_f16: f32, dot_bf16: f32);
+}
+
+fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
+    use GgmlType::*;
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.is_available() {
+        use avx2_safe as v;
+        return Some(match ty {
+            Q4_0 => Dot::Q8(v::dot_q4_0),
+            Q4_1 => Dot::Q8(v::dot_q4_1),
+            Q5_0 => Dot::Q8(v::dot_q5_0),
+            Q5_1 => Dot::Q8(v::dot_q5_1),
+            Q8_0 => Dot::Q8(v::dot_q8_0),
+            Q4_K => Dot::Q8K(v::dot_q4_k),
+            Q5_K => Dot::Q8K(v::dot_q5_k),
+            Q6_K => Dot::Q8K(v::dot_q6_k),
+            F32 => Dot::F(v::dot_f32),
+            F16 => Dot::F(v::dot_f16),
+            BF16 => Dot::F(v::dot_bf16),
+            _ => return None,
+        });
+    }
+    let _ = isa;
+    use scalar as s;
+    Some(match ty {
+        Q4_0 => Dot::Q8(s::dot_q4_0),
+        Q4_1 => Dot::Q8(s::dot_q4_1),
+        Q5_0 => Dot::Q8(s::dot_q5_0),
+        Q5_1 => Dot::Q8(s::dot_q5_1),
+        Q8_0 => Dot::Q8(s::dot_q8_0),
+        Q4_K => Dot::Q8K(s::dot_q4_k),
+        Q5_K => Dot::Q8K(s::dot_q5_k),
+        Q6_K => Dot::Q8K(s::dot_q6_k),
+        F32 => Dot::F(s::dot_f32),
+        F16 => Dot::F(s::dot_f16),
+        BF16 => Dot::F(s::dot_bf16),
+        _ => return None,
+    })
+}
+
+/// Bytes of one weight row of `k` values, or `None` if `k` is not whole blocks.
+pub fn row_bytes(ty: GgmlType, k: usize) -> Option<usize> {
+    let bs = ty.block_size() as usize;
+    if bs == 0 || k % bs != 0 {
+        return None;
+    }
+    Some(k / bs * ty.type_size() as usize)
+}
+
+/// A weight matrix of `n` rows (outputs) of `k` values (inputs), in `ty`'s block format, row-major as
+/// GGUF stores a `[k, n]` tensor.
+#[derive(Debug, Clone, Copy)]
+pub struct Weights<'a> {
+    /// storage type
+    pub ty: GgmlType,
+    /// raw blocks, `n · row_bytes(ty, k)` bytes
+    pub data: &'a [u8],
+    /// output rows
+    pub n: usize,
+    /// inputs per row
+    pub k: usize,
+}
+
+impl Weights<'_> {
+    /// Checks the type has a kernel and the byte count matches the shape.
+    pub fn validate(&self) -> Result<usize, KernelError> {
+        if !supports(self.ty) {
+            return Err(KernelError::Unsupported(self.ty.name()));
+        }
+        let rb = row_bytes(self.ty, self.k).ok_or(KernelError::Shape {
+            what: "row width (not whole blocks)",
+            expected: self.ty.block_size() as usize,
+            got: self.k,
+            unit: "values per block",
+        })?;
+        if self.data.len() != rb * self.n {
+            return Err(KernelError::Shape {
+                what: "weight bytes",
+                expected: rb * self.n,
+                got: self.data.len(),
+                unit: "bytes",
+            });
+        }
+        Ok(rb)
+    }
+}
+
+/// Output rows per parallel task: enough tasks for load balance, few enough to keep overhead small.
+fn rows_per_task(n: usize, m: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    let target_tasks = threads * 8;
+    let by_balance = n.div_ceil(target_tasks);
+    // Small products stay coarse: a task should cover at least ~64 K row-dots.
+    let min_rows = (64usize).div_ceil(m.max(1)).max(4);
+    by_balance.max(min_rows).min(n.max(1))
+}
+
+/// `y[m, n] = x[m, k] · Wᵀ` with `isa` (use [`Isa::detect`] unless comparing paths).
+pub fn matmul_with(
+    isa: Isa,
+    w: Weights<'_>,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    let rb = w.validate()?;
+    let (n, k) = (w.n, w.k);
+    if x.len() != m * k {
+        return Err(KernelError::Shape {
+            what: "activations",
+            expected: m * k,
+            got: x.len(),
+            unit: "values",
+        });
+    }
+    if y.len() != m * n {
+        return Err(KernelError::Shape {
+            what: "output",
+            expected: m * n,
+            got: y.len(),
+            unit: "values",
+        });
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let kind = act_kind(w.ty).ok_or(KernelError::Unsupported(w.ty.name()))?;
+    let dot = dot_for(w.ty, isa).ok_or(KernelError::Unsupported(w.ty.name()))?;
+    let acts = act::quantize(kind, x, k);
+    // One row-dot: weight row `r` against activation row `i`.
+    let row_dot = |r: usize, i: usize| -> f32 {
+        let wr = &w.data[r * rb..(r + 1) * rb];
+        match (dot, &acts) {
+            (Dot::Q8(f), Activations::Q8(a)) => {
+                let per = k / act::QK;
+                f(wr, &a[i * per..(i + 1) * per])
+            }
+            (Dot::Q8K(f), Activations::Q8K(a)) => {
+                let per = k / act::QK_K;
+                f(wr, &a[i * per..(i + 1) * per])
+            }
+            (Dot::F(f), Activations::F32(a)) => f(wr, &a[i * k..(i + 1) * k]),
+            // `act_kind` and `dot_for` are built from the same table.
+            _ => 0.0,
+        }
+    };
+    let chunk = rows_per_task(n, m);
+    if m == 1 {
+        y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
+            for (o, v) in ys.iter_mut().enumerate() {
+                *v = row_dot(c * chunk + o, 0);
+            }
+        });
+    } else {
+        // Each task keeps its weight rows hot in L1 while it runs through every activation row, writing
+        // a transposed tile [rows, m]; the transpose back is m·n stores.
+        let mut yt = vec![0.0f32; n * m];
+        yt.par_chunks_mut(chunk * m).enumerate().for_each(|(c, ts)| {
+            for (o, row) in ts.chunks_exact_mut(m).enumerate() {
+                let r = c * chunk + o;
+                for (i, v) in row.iter_mut().enumerate() {
+                    *v = row_dot(r, i);
+                }
+            }
+        });
+        for (r, col) in yt.chunks_exact(m).enumerate() {
+            for (i, &v) in col.iter().enumerate() {
+                y[i * n + r] = v;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `y[m, n] = x[m, k] · Wᵀ` with the best instruction set of this CPU.
+pub fn matmul(w: Weights<'_>, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    matmul_with(Isa::detect(), w, x, m, y)
+}
+
+/// Dequantizes weight rows `rows` into `out` (`rows.len() · k` values), e.g. embedding lookups.
+pub fn dequantize_rows(w: Weights<'_>, rows: &[usize], out: &mut [f32]) -> Result<(), KernelError> {
+    let rb = w.validate()?;
+    if out.len() != rows.len() * w.k {
+        return Err(KernelError::Shape {
+            what: "row output",
+            expected: rows.len() * w.k,
+            got: out.len(),
+            unit: "values",
+        });
+    }
+    for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(w.k)) {
+        if r >= w.n {
+            return Err(KernelError::Shape {
+                what: "row index",
+                expected: w.n,
+                got: r,
+                unit: "rows (index must be below)",
+            });
+        }
+        let v = cinder_gguf::dequant::dequantize(w.ty, &w.data[r * rb..(r + 1) * rb], w.k)
+            .map_err(|_| KernelError::Unsupported(w.ty.name()))?;
+        dst.copy_from_slice(&v);
+    }
+    Ok(())
+}

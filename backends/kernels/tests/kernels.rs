@@ -1,0 +1,172 @@
+//! Every kernel against the reference: SIMD equals scalar bit for bit, and scalar equals the f64 sum
+//! over the reference dequantizer's weights and the rounded activations.
+
+use cinder_gguf::GgmlType;
+use cinder_kernels::{Isa, Weights, act, matmul_with, row_bytes};
+use half::f16;
+use rand::{Rng, SeedableRng, rngs::StdRng};
+
+const TYPES: [GgmlType; 11] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+fn put_f16(b: &mut [u8], at: usize, v: f32) {
+    b[at..at + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes());
+}
+
+/// Random weights of `n × k` in `ty`: random quant bits, sane scales (offsets from the GGUF layouts).
+fn random_weights(ty: GgmlType, n: usize, k: usize, rng: &mut StdRng) -> Vec<u8> {
+    let rb = row_bytes(ty, k).unwrap();
+    let mut data = vec![0u8; rb * n];
+    match ty {
+        GgmlType::F32 => {
+            for c in data.chunks_exact_mut(4) {
+                c.copy_from_slice(&rng.random_range(-1.0f32..1.0).to_le_bytes());
+            }
+            return data;
+        }
+        GgmlType::F16 => {
+            for c in data.chunks_exact_mut(2) {
+                put_f16(c, 0, rng.random_range(-1.0f32..1.0));
+            }
+            return data;
+        }
+        GgmlType::BF16 => {
+            for c in data.chunks_exact_mut(2) {
+                let v = half::bf16::from_f32(rng.random_range(-1.0f32..1.0));
+                c.copy_from_slice(&v.to_bits().to_le_bytes());
+            }
+            return data;
+        }
+        _ => {}
+    }
+    rng.fill(&mut data[..]);
+    let bsz = ty.type_size() as usize;
+    for b in data.chunks_exact_mut(bsz) {
+        let d = rng.random_range(0.001f32..0.05);
+        match ty {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => put_f16(b, 0, d),
+            GgmlType::Q4_1 | GgmlType::Q5_1 => {
+                put_f16(b, 0, d);
+                put_f16(b, 2, rng.random_range(-0.3f32..0.3));
+            }
+            GgmlType::Q4_K | GgmlType::Q5_K => {
+                put_f16(b, 0, d);
+                put_f16(b, 2, rng.random_range(0.0f32..0.02));
+            }
+            GgmlType::Q6_K => put_f16(b, 208, d),
+            _ => unreachable!(),
+        }
+    }
+    data
+}
+
+fn random_acts(m: usize, k: usize, rng: &mut StdRng) -> Vec<f32> {
+    (0..m * k)
+        .map(|i| {
+            // Mixed magnitudes, an outlier now and then, and an all-zero row, as real activations have.
+            if i / k == 2 {
+                0.0
+            } else if rng.random_range(0..50) == 0 {
+                rng.random_range(-20.0f32..20.0)
+            } else {
+                rng.random_range(-1.0f32..1.0)
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn simd_equals_scalar_bit_for_bit() {
+    if !Isa::Avx2.is_available() {
+        eprintln!("no AVX2 on this CPU: only the scalar path exists here");
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(7);
+    for ty in TYPES {
+        // k of 3 super-blocks, plus a width that is not a multiple of 32 for the float formats.
+        let ks: &[usize] = match ty {
+            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => &[768, 100],
+            _ => &[768],
+        };
+        for &k in ks {
+            let (n, m) = (37, 5);
+            let wd = random_weights(ty, n, k, &mut rng);
+            let x = random_acts(m, k, &mut rng);
+            let w = Weights { ty, data: &wd, n, k };
+            let mut ys = vec![0.0; m * n];
+            let mut yv = vec![0.0; m * n];
+            matmul_with(Isa::Scalar, w, &x, m, &mut ys).unwrap();
+            matmul_with(Isa::Avx2, w, &x, m, &mut yv).unwrap();
+            for (i, (a, b)) in ys.iter().zip(&yv).enumerate() {
+                assert_eq!(a.to_bits(), b.to_bits(), "{} k={k} element {i}: {a} vs {b}", ty.name());
+            }
+            // m == 1 (the decode path) gives the same numbers as row 0 of the batched product.
+            let mut y1 = vec![0.0; n];
+            matmul_with(Isa::Avx2, w, &x[..k], 1, &mut y1).unwrap();
+            assert_eq!(&y1[..], &yv[..n], "{} decode vs batched", ty.name());
+        }
+    }
+}
+
+#[test]
+fn scalar_matches_dequantized_reference() {
+    let mut rng = StdRng::seed_from_u64(11);
+    for ty in TYPES {
+        let (n, m, k) = (9, 3, 512);
+        let wd = random_weights(ty, n, k, &mut rng);
+        let x = random_acts(m, k, &mut rng);
+        let w = Weights { ty, data: &wd, n, k };
+        let mut y = vec![0.0; m * n];
+        matmul_with(Isa::Scalar, w, &x, m, &mut y).unwrap();
+        let wf = cinder_gguf::dequant::dequantize(ty, &wd, n * k).unwrap();
+        let kind = cinder_kernels::act_kind(ty).unwrap();
+        let xq = act::fake_quantize(kind, &x, k);
+        for i in 0..m {
+            for r in 0..n {
+                let (mut want, mut mag) = (0.0f64, 0.0f64);
+                for j in 0..k {
+                    let p = wf[r * k + j] as f64 * xq[i * k + j] as f64;
+                    want += p;
+                    mag += p.abs();
+                }
+                let got = y[i * n + r] as f64;
+                // Q4_1/Q5_1 fold the offset through s = f16(d·Σq): one f16 rounding per block.
+                let tol = match ty {
+                    GgmlType::Q4_1 | GgmlType::Q5_1 => 2e-3 * mag + 1e-4,
+                    _ => 1e-5 * mag + 1e-6,
+                };
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{} row {r} act {i}: {got} vs {want} (tol {tol})",
+                    ty.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn shape_errors_are_reported() {
+    let wd = vec![0u8; 20 * 4];
+    let w = Weights { ty: GgmlType::Q4_1, data: &wd, n: 4, k: 32 };
+    let mut y = vec![0.0; 4];
+    assert!(matmul_with(Isa::Scalar, w, &[0.0; 31], 1, &mut y).is_err());
+    let short = Weights { data: &wd[..79], ..w };
+    let err = matmul_with(Isa::Scalar, short, &[0.0; 32], 1, &mut y).unwrap_err();
+    assert!(err.to_string().contains("weight bytes"), "{err}");
+    let odd = Weights { k: 33, ..w };
+    assert!(odd.validate().is_err());
+    let unsupported = Weights { ty: GgmlType::Q2_K, ..w };
+    assert!(unsupported.validate().unwrap_err().to_string().contains("Q2_K"));
+}
