@@ -12,7 +12,7 @@ struct Generate {
 impl BackendTask for Generate {
     type Output = Result<String>;
 
-    fn run<B: Backend>(self, device: B::Device) -> Result<String> {
+    fn run<B: InferenceBackend>(self, device: B::Device) -> Result<String> {
         // A catalog name is pulled (and verified) on first use; a path works too.
         let path = cinder::catalog::resolve("smollm2-135m")?.path;
         let m = cinder::importer::load_gguf::<B>(&path, &device)?;

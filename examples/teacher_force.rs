@@ -13,7 +13,7 @@ struct Task(String, String);
 
 impl BackendTask for Task {
     type Output = Result<()>;
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
         let path = cinder::catalog::resolve(&self.0)?.path;
         let m = cinder::importer::load_gguf::<B>(&path, &device)?;
         for line in std::fs::read_to_string(&self.1)?.lines() {

@@ -11,7 +11,7 @@
 //! struct Hello;
 //! impl BackendTask for Hello {
 //!     type Output = anyhow::Result<String>;
-//!     fn run<B: Backend>(self, device: B::Device) -> Self::Output {
+//!     fn run<B: InferenceBackend>(self, device: B::Device) -> Self::Output {
 //!         let path = cinder::catalog::resolve("smollm2-135m")?.path;
 //!         let m = cinder::importer::load_gguf::<B>(&path, &device)?;
 //!         let ids = m.tokenizer.encode("The capital of France is", true)?;
@@ -35,7 +35,7 @@ pub use cinder_server as server;
 
 /// The names most programs need.
 pub mod prelude {
-    pub use cinder_backends::{Backend, BackendKind, BackendTask, dispatch};
+    pub use cinder_backends::{Backend, BackendKind, BackendTask, InferenceBackend, dispatch};
     pub use cinder_runtime::generate::{FinishReason, GenerateOptions, Generation, generate};
     pub use cinder_runtime::model::{CausalLm, Logits};
     pub use cinder_runtime::sampler::{Sampler, SamplingParams};

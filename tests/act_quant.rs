@@ -1,79 +1,161 @@
-//! Activation rounding (what quantized kernels see) is bit-identical on every compiled backend: the
-//! conformance tests depend on it, and backends disagree on details like round-half behaviour.
+//! Every backend computes quantized products like the CPU kernels' scalar reference: activation
+//! rounding is bit-identical on every compiled backend, and `QLinear` (the host kernels on flex/ndarray,
+//! the generic fallback elsewhere) agrees with `cinder-kernels`' scalar path for every weight type.
 
 mod common;
 
 use burn::tensor::{Tensor, TensorData};
+use cinder::backends::kernels::{self, Isa, Weights, act::fake_quantize};
 use cinder::gguf::GgmlType;
 use cinder::prelude::*;
-use cinder::runtime::quant::act::{ActQuant, round_half_away, round_to_f16};
+use cinder::runtime::quant::act::{ActQuant, round_half_even, round_to_f16};
+use cinder::runtime::quant::{QLinear, SharedBytes};
 
-/// ggml's `quantize_row_q8_0_ref` applied and dequantized on the host.
-fn host_q8_0(x: &[f32]) -> Vec<f32> {
-    let mut out = Vec::with_capacity(x.len());
-    for b in x.chunks(32) {
-        let amax = b.iter().fold(0f32, |a, v| a.max(v.abs()));
-        let d = amax / 127.0;
-        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        let dh = half::f16::from_f32(d).to_f32();
-        out.extend(b.iter().map(|v| (v * id).round() * dh));
-    }
-    out
+const TYPES: [GgmlType; 11] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+fn readback<B: InferenceBackend, const D: usize>(t: Tensor<B, D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().to_vec().expect("readback")
 }
 
-struct Check;
+/// Deterministic pseudo-random bytes (a tiny LCG: no test-only dependency needed).
+fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 33) as u8
+        })
+        .collect()
+}
 
-impl BackendTask for Check {
+/// A weight of `n × k` in `ty` with random quant bits and sane scales. Built by quantizing nothing:
+/// the bits are random, the f16 scale fields are overwritten with small values.
+fn weight(ty: GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
+    let rb = kernels::row_bytes(ty, k).expect("whole blocks");
+    let f16 = |v: f32| half::f16::from_f32(v).to_bits().to_le_bytes();
+    let mut data = bytes(rb * n, seed);
+    let vals = |i: usize| ((i as f32 * 0.731).sin()) * 0.5;
+    match ty {
+        GgmlType::F32 => {
+            return (0..n * k).flat_map(|i| vals(i).to_le_bytes()).collect();
+        }
+        GgmlType::F16 => return (0..n * k).flat_map(|i| f16(vals(i))).collect(),
+        GgmlType::BF16 => {
+            return (0..n * k)
+                .flat_map(|i| half::bf16::from_f32(vals(i)).to_bits().to_le_bytes())
+                .collect();
+        }
+        _ => {}
+    }
+    let bs = ty.type_size() as usize;
+    for (j, b) in data.chunks_exact_mut(bs).enumerate() {
+        let d = 0.002 + (j % 17) as f32 * 0.001;
+        match ty {
+            GgmlType::Q6_K => b[208..210].copy_from_slice(&f16(d)),
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => {
+                b[0..2].copy_from_slice(&f16(d));
+                b[2..4].copy_from_slice(&f16(0.01 - (j % 5) as f32 * 0.004));
+            }
+            _ => b[0..2].copy_from_slice(&f16(d)),
+        }
+    }
+    data
+}
+
+fn activations(n: usize, k: usize) -> Vec<f32> {
+    let mut x: Vec<f32> = (0..n * k)
+        .map(|i| ((i as f32) * 0.61).sin() * (1.0 + (i % 7) as f32))
+        .collect();
+    // exact ties after scaling: a block whose max is 127 maps x to x exactly
+    for (j, v) in x[..32].iter_mut().enumerate() {
+        *v = j as f32 + 0.5;
+    }
+    x[0] = 127.0;
+    x
+}
+
+struct Rounding;
+
+impl BackendTask for Rounding {
     type Output = ();
-    fn run<B: Backend>(self, device: B::Device) {
+    fn run<B: InferenceBackend>(self, device: B::Device) {
         let (n, k) = (4usize, 512usize);
-        let mut x: Vec<f32> = (0..n * k)
-            .map(|i| ((i as f32) * 0.61).sin() * (1.0 + (i % 7) as f32))
-            .collect();
-        // exact ties after scaling: a block whose max is 127 maps x to x exactly
-        x[..32]
-            .iter_mut()
-            .enumerate()
-            .for_each(|(j, v)| *v = j as f32 + 0.5);
-        x[0] = 127.0;
-        let t = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [n, k]), &device);
-        let got: Vec<f32> = ActQuant::for_weight(GgmlType::Q4_0)
-            .apply(t)
-            .into_data()
-            .convert::<f32>()
-            .to_vec()
-            .expect("readback");
-        let want = host_q8_0(&x);
-        let bad: Vec<usize> = (0..want.len()).filter(|&i| got[i] != want[i]).collect();
-        assert!(
-            bad.is_empty(),
-            "{} mismatches, first at {:?}",
-            bad.len(),
-            bad.first().map(|&i| (x[i], got[i], want[i]))
-        );
-
+        let x = activations(n, k);
+        for ty in TYPES {
+            let t = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [n, k]), &device);
+            let got = readback(ActQuant::for_weight(ty).apply(t));
+            let want = fake_quantize(kernels::act_kind(ty).expect("kernel"), &x, k);
+            let bad: Vec<usize> = (0..want.len()).filter(|&i| got[i] != want[i]).collect();
+            assert!(
+                bad.is_empty(),
+                "{}: {} mismatches, first at {:?}",
+                ty.name(),
+                bad.len(),
+                bad.first().map(|&i| (x[i], got[i], want[i]))
+            );
+        }
         let v = vec![0.5f32, 1.5, 2.5, -0.5, -2.5, 0.499_999_97, 126.5, -3.2, 0.0];
         let t = Tensor::<B, 1>::from_data(TensorData::new(v.clone(), [v.len()]), &device);
-        let got: Vec<f32> = round_half_away(t)
-            .into_data()
-            .convert::<f32>()
-            .to_vec()
-            .expect("readback");
-        assert_eq!(got, v.iter().map(|x| x.round()).collect::<Vec<_>>());
-
+        let want: Vec<f32> = v.iter().map(|x| x.round_ties_even()).collect();
+        assert_eq!(readback(round_half_even(t)), want);
         // f16 normal range only (see round_to_f16: subnormals keep 11 bits)
         let v: Vec<f32> = (1..500)
             .map(|i| (i as f32 * 0.377).sin() * 3.0 + 0.01)
             .filter(|v| v.abs() > 6.2e-5)
             .collect();
         let t = Tensor::<B, 1>::from_data(TensorData::new(v.clone(), [v.len()]), &device);
-        let got: Vec<f32> = round_to_f16(t)
-            .into_data()
-            .convert::<f32>()
-            .to_vec()
-            .expect("readback");
-        for (a, g) in v.iter().zip(got) {
+        for (a, g) in v.iter().zip(readback(round_to_f16(t))) {
             assert_eq!(g, half::f16::from_f32(*a).to_f32(), "f16 rounding of {a}");
+        }
+    }
+}
+
+struct Products;
+
+impl BackendTask for Products {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let (m, n, k) = (3usize, 40usize, 512usize);
+        let x = activations(m, k);
+        for (s, ty) in TYPES.into_iter().enumerate() {
+            let w = weight(ty, n, k, s as u64 + 1);
+            let mut want = vec![0.0f32; m * n];
+            kernels::matmul_with(Isa::Scalar, Weights { ty, data: &w, n, k }, &x, m, &mut want)
+                .expect("scalar reference");
+            let layer =
+                QLinear::<B>::from_ggml("w", ty, SharedBytes::from_vec(w), n, k, None, &device)
+                    .expect("layer");
+            let xt = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
+            let got = readback(layer.forward(xt));
+            // The host kernels sum exactly like the scalar reference; the generic fallback multiplies
+            // f32-expanded weights, so its sums differ by rounding only.
+            let scale = want.iter().fold(0.0f32, |a, v| a.max(v.abs())).max(1.0);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 2e-3 * scale,
+                    "{}: output {i}: {g} vs scalar {w}",
+                    ty.name()
+                );
+            }
+            // Embedding rows come back as the reference dequantizer gives them.
+            let ids = Tensor::from_data(TensorData::new(vec![0i64, 7, 39], [3]), &device);
+            let rows = readback(layer.rows(ids));
+            let mut want_rows = vec![0.0f32; 3 * k];
+            let wv = Weights { ty, data: &weight(ty, n, k, s as u64 + 1), n, k };
+            kernels::dequantize_rows(wv, &[0, 7, 39], &mut want_rows).expect("rows");
+            assert_eq!(rows, want_rows, "{} rows", ty.name());
         }
     }
 }
@@ -82,6 +164,14 @@ impl BackendTask for Check {
 fn activation_rounding_is_identical_on_every_backend() {
     for kind in common::test_backends() {
         eprintln!("activation rounding on {kind}");
-        cinder::backends::dispatch(kind, Check).expect("backend");
+        cinder::backends::dispatch(kind, Rounding).expect("backend");
+    }
+}
+
+#[test]
+fn quantized_products_match_the_scalar_kernels_on_every_backend() {
+    for kind in common::test_backends() {
+        eprintln!("quantized products on {kind}");
+        cinder::backends::dispatch(kind, Products).expect("backend");
     }
 }

@@ -8,7 +8,12 @@
 use std::fmt;
 use std::str::FromStr;
 
+pub mod act;
+pub mod quant;
+
 pub use burn::tensor::backend::Backend;
+pub use cinder_kernels as kernels;
+pub use quant::{InferenceBackend, QWeight};
 
 /// Errors choosing or starting a backend.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +34,14 @@ pub enum BackendError {
     /// No backend at all was compiled in.
     #[error("no backend compiled in: enable one of the features flex, ndarray, candle, wgpu, cuda")]
     NoneCompiled,
+    /// A weight's bytes do not fit its declared shape and type.
+    #[error("weight {name}: {reason}")]
+    Weight {
+        /// the weight's name
+        name: String,
+        /// what is wrong
+        reason: String,
+    },
     /// The thread pool could not be configured.
     #[error("cannot set up {threads} CPU threads: {reason}")]
     Threads {
@@ -160,7 +173,7 @@ pub trait BackendTask {
     /// What the task returns.
     type Output;
     /// Runs on backend `B` with its default device.
-    fn run<B: Backend>(self, device: B::Device) -> Self::Output;
+    fn run<B: InferenceBackend>(self, device: B::Device) -> Self::Output;
 }
 
 /// Runs `task` on the backend `kind` (which must be compiled in).

@@ -1,6 +1,7 @@
 //! A [`WeightSource`] over the tensors of a GGUF file, addressed through an architecture's name table.
 
-use burn::tensor::{Tensor, TensorData, backend::Backend};
+use cinder_runtime::InferenceBackend;
+use burn::tensor::{Tensor, TensorData};
 use cinder_gguf::{GgufFile, TensorInfo};
 use cinder_models::{ModelError, WeightSource};
 use cinder_runtime::quant::QLinear;
@@ -8,13 +9,13 @@ use cinder_runtime::quant::QLinear;
 use crate::arch::{NameTable, map_name};
 
 /// GGUF tensors seen through a module-path -> tensor-name table.
-pub struct GgufWeights<'a, B: Backend> {
+pub struct GgufWeights<'a, B: InferenceBackend> {
     file: &'a GgufFile,
     tables: &'static [NameTable],
     device: B::Device,
 }
 
-impl<'a, B: Backend> GgufWeights<'a, B> {
+impl<'a, B: InferenceBackend> GgufWeights<'a, B> {
     /// A source over `file` using `tables` (see [`crate::arch`]).
     pub fn new(file: &'a GgufFile, tables: &'static [NameTable], device: B::Device) -> Self {
         Self {
@@ -57,7 +58,7 @@ fn check_dims(path: &str, info: &TensorInfo, want: &[u64]) -> Result<(), ModelEr
     Ok(())
 }
 
-impl<B: Backend> WeightSource<B> for GgufWeights<'_, B> {
+impl<B: InferenceBackend> WeightSource<B> for GgufWeights<'_, B> {
     fn has(&self, path: &str) -> bool {
         map_name(self.tables, path)
             .is_some_and(|base| self.file.tensor(&format!("{base}.weight")).is_some())
@@ -83,7 +84,7 @@ impl<B: Backend> WeightSource<B> for GgufWeights<'_, B> {
         Ok(QLinear::from_ggml(
             path,
             w.ggml_type,
-            self.file.tensor_data(w),
+            self.file.tensor_shared(w),
             out_features,
             in_features,
             b,

@@ -1,9 +1,10 @@
 //! Loading a GGUF file into a ready model + tokenizer.
 
+use cinder_runtime::InferenceBackend;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::backend::Backend;
+
 use cinder_gguf::GgufFile;
 use cinder_gguf::tokenizer::GgufTokenizer;
 use cinder_models::AnyModel;
@@ -65,7 +66,7 @@ impl ModelInfo {
 }
 
 /// A model ready to run, with its tokenizer and the file it came from.
-pub struct LoadedModel<B: Backend> {
+pub struct LoadedModel<B: InferenceBackend> {
     /// the network
     pub model: AnyModel<B>,
     /// the tokenizer built from the same file
@@ -75,7 +76,7 @@ pub struct LoadedModel<B: Backend> {
 }
 
 /// Opens `path`, validates it, builds the tokenizer and the model on `device`.
-pub fn load_gguf<B: Backend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
+pub fn load_gguf<B: InferenceBackend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
     let file = GgufFile::open(path)?;
     let info = ModelInfo::from_gguf(path, &file);
     let tokenizer = GgufTokenizer::from_gguf(&file)?;

@@ -1,6 +1,7 @@
 //! One type for "whichever architecture the file holds", so callers stay generic over the backend only.
 
-use burn::tensor::{Int, Tensor, backend::Backend};
+use cinder_runtime::InferenceBackend;
+use burn::tensor::{Int, Tensor};
 use cinder_runtime::attention::AttentionCache;
 use cinder_runtime::model::{CausalLm, Logits};
 
@@ -9,14 +10,14 @@ use crate::llama::Llama;
 
 /// A loaded language model of any supported architecture.
 #[derive(Debug)]
-pub enum AnyModel<B: Backend> {
+pub enum AnyModel<B: InferenceBackend> {
     /// Llama, SmolLM, Mistral, Qwen2
     Llama(Llama<B>),
     /// Gemma 3
     Gemma3(Gemma3<B>),
 }
 
-impl<B: Backend> AnyModel<B> {
+impl<B: InferenceBackend> AnyModel<B> {
     /// Short architecture name.
     pub fn arch(&self) -> &'static str {
         match self {
@@ -33,7 +34,7 @@ impl<B: Backend> AnyModel<B> {
     }
 }
 
-impl<B: Backend> CausalLm<B> for AnyModel<B> {
+impl<B: InferenceBackend> CausalLm<B> for AnyModel<B> {
     fn forward(
         &self,
         tokens: Tensor<B, 2, Int>,

@@ -7,9 +7,10 @@
 //! MLP is GeGLU (tanh GELU); five of every six layers use sliding-window attention with their own RoPE
 //! base, the sixth is global.
 
+use cinder_runtime::InferenceBackend;
 use burn::config::Config;
 use burn::module::Module;
-use burn::tensor::{Int, Tensor, backend::Backend};
+use burn::tensor::{Int, Tensor};
 use cinder_runtime::attention::{AttentionCache, AttentionParams};
 use cinder_runtime::model::{CausalLm, Logits};
 use cinder_runtime::quant::QLinear;
@@ -112,7 +113,7 @@ impl Gemma3Config {
 
 /// One transformer block.
 #[derive(Module, Debug)]
-pub struct Gemma3Block<B: Backend> {
+pub struct Gemma3Block<B: InferenceBackend> {
     attn_norm: RmsNorm<B>,
     wq: QLinear<B>,
     wk: QLinear<B>,
@@ -130,7 +131,7 @@ pub struct Gemma3Block<B: Backend> {
 
 /// A Gemma 3 model.
 #[derive(Module, Debug)]
-pub struct Gemma3<B: Backend> {
+pub struct Gemma3<B: InferenceBackend> {
     embed: Embedding<B>,
     blocks: Vec<Gemma3Block<B>>,
     norm: RmsNorm<B>,
@@ -139,7 +140,7 @@ pub struct Gemma3<B: Backend> {
     config: Gemma3Config,
 }
 
-impl<B: Backend> Gemma3<B> {
+impl<B: InferenceBackend> Gemma3<B> {
     /// Loads weights by module path: the Llama names plus `layers.{i}.{attn.q_norm, attn.k_norm,
     /// post_attn_norm, post_ffn_norm}`.
     pub fn load(config: Gemma3Config, src: &mut dyn WeightSource<B>) -> Result<Self> {
@@ -191,7 +192,7 @@ impl<B: Backend> Gemma3<B> {
     }
 }
 
-impl<B: Backend> CausalLm<B> for Gemma3<B> {
+impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
     fn forward(
         &self,
         tokens: Tensor<B, 2, Int>,
@@ -262,7 +263,7 @@ impl<B: Backend> CausalLm<B> for Gemma3<B> {
     }
 
     fn device(&self) -> B::Device {
-        self.embed.table.device()
+        self.norm.weight.val().device()
     }
 }
 

@@ -4,9 +4,10 @@
 //! `llm_build_llama` / `llm_build_qwen2` graphs for the GGUF conventions. Pre-norm blocks with RMSNorm,
 //! rotary embeddings, grouped-query attention (Q/K/V biases for Qwen2) and a SwiGLU MLP.
 
+use cinder_runtime::InferenceBackend;
 use burn::config::Config;
 use burn::module::Module;
-use burn::tensor::{Int, Tensor, backend::Backend};
+use burn::tensor::{Int, Tensor};
 use cinder_runtime::attention::{AttentionCache, AttentionParams};
 use cinder_runtime::model::{CausalLm, Logits};
 use cinder_runtime::quant::QLinear;
@@ -129,7 +130,7 @@ impl LlamaConfig {
 
 /// One transformer block.
 #[derive(Module, Debug)]
-pub struct LlamaBlock<B: Backend> {
+pub struct LlamaBlock<B: InferenceBackend> {
     attn_norm: RmsNorm<B>,
     wq: QLinear<B>,
     wk: QLinear<B>,
@@ -143,7 +144,7 @@ pub struct LlamaBlock<B: Backend> {
 
 /// A Llama-family model.
 #[derive(Module, Debug)]
-pub struct Llama<B: Backend> {
+pub struct Llama<B: InferenceBackend> {
     embed: Embedding<B>,
     blocks: Vec<LlamaBlock<B>>,
     norm: RmsNorm<B>,
@@ -152,7 +153,7 @@ pub struct Llama<B: Backend> {
     config: LlamaConfig,
 }
 
-impl<B: Backend> Llama<B> {
+impl<B: InferenceBackend> Llama<B> {
     /// Loads weights by module path: `embed`, `norm`, `lm_head` (absent => tied), and per block
     /// `layers.{i}.{attn_norm, attn.wq, attn.wk, attn.wv, attn.wo, ffn_norm, mlp.gate, mlp.up, mlp.down}`.
     pub fn load(config: LlamaConfig, src: &mut dyn WeightSource<B>) -> Result<Self> {
@@ -206,7 +207,7 @@ impl<B: Backend> Llama<B> {
     }
 }
 
-impl<B: Backend> CausalLm<B> for Llama<B> {
+impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
     fn forward(
         &self,
         tokens: Tensor<B, 2, Int>,
@@ -253,7 +254,7 @@ impl<B: Backend> CausalLm<B> for Llama<B> {
     }
 
     fn device(&self) -> B::Device {
-        self.embed.table.device()
+        self.norm.weight.val().device()
     }
 }
 

@@ -2,13 +2,14 @@
 //! (`layers.3.attn.wq`); the importer maps those to checkpoint names with a declarative table per
 //! architecture and per format, and checks shapes.
 
-use burn::tensor::{Tensor, backend::Backend};
+use cinder_runtime::InferenceBackend;
+use burn::tensor::{Tensor};
 use cinder_runtime::quant::QLinear;
 
 use crate::error::Result;
 
 /// A source of weights addressed by module path.
-pub trait WeightSource<B: Backend> {
+pub trait WeightSource<B: InferenceBackend> {
     /// Whether a weight exists (for optional tensors like a separate output projection or biases).
     fn has(&self, path: &str) -> bool;
 

@@ -113,29 +113,22 @@ pub fn attention<B: Backend>(
     let [b, h, t, d] = q.dims();
     let [_, kvh, total, _] = k.dims();
     let group = h / kvh;
-    // Expand K/V heads to match Q heads: [b, kvh, T, d] -> [b, kvh, g, T, d] -> [b, h, T, d].
-    let (k, v) = if group == 1 {
-        (k, v)
-    } else {
-        let k = k
-            .unsqueeze_dim::<5>(2)
-            .expand([b, kvh, group, total, d])
-            .reshape([b, h, total, d]);
-        let v = v
-            .unsqueeze_dim::<5>(2)
-            .expand([b, kvh, group, total, d])
-            .reshape([b, h, total, d]);
-        (k, v)
-    };
-    // scores: [b, h, t, T]
+    // Grouped-query attention without copying K/V: the `group` query heads that share a KV head are
+    // stacked along the query axis, [b, h, t, d] -> [b, kvh, group·t, d] (heads are ordered
+    // kv_head·group + g, so this is a plain reshape), and each KV head is used as it is stored.
+    let q = q.reshape([b, kvh, group * t, d]);
+    // scores: [b, kvh, group·t, T]
     let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(params.scale);
     if let Some(cap) = params.softcap {
         scores = scores.div_scalar(cap).tanh().mul_scalar(cap);
     }
     if let Some(mask) = causal_bias::<B>(t, past, total, params.sliding_window, &scores.device()) {
-        scores = scores + mask.unsqueeze::<4>();
+        // [t, T] broadcast over [b, kvh, group, t, T]
+        let s5: Tensor<B, 5> = scores.reshape([b, kvh, group, t, total]);
+        scores = (s5 + mask.unsqueeze::<5>()).reshape([b, kvh, group * t, total]);
     }
-    softmax(scores, 3).matmul(v)
+    // [b, kvh, group·t, d] -> [b, h, t, d]
+    softmax(scores, 3).matmul(v).reshape([b, h, t, d])
 }
 
 /// Additive mask `[t, T]` (0 where visible, a large negative where not), or `None` when every query sees

@@ -5,8 +5,9 @@
 //! half (positions `ctx/2 .. ctx-1` predicting the next token), so every prediction has at least `ctx/2`
 //! tokens of context. PPL = exp(mean NLL); the ± is llama.cpp's standard error of that estimate.
 
-use burn::tensor::backend::Backend;
 
+
+use cinder_backends::InferenceBackend;
 use crate::attention::ContiguousKvCache;
 use crate::error::{Result, RuntimeError};
 use crate::generate::{logits_to_vec, token_tensor};
@@ -38,7 +39,7 @@ pub struct Perplexity {
 }
 
 /// Scores `tokens` (the whole tokenized text). `on_chunk(i, n, running_ppl)` reports progress.
-pub fn perplexity<B: Backend, M: CausalLm<B> + ?Sized>(
+pub fn perplexity<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     model: &M,
     tokens: &[u32],
     opts: PerplexityOptions,

@@ -1,9 +1,10 @@
 //! The generation loop for one sequence: prefill the prompt, then decode token by token until EOS, a stop
 //! string, the token limit, or the caller says stop.
 
+use cinder_backends::InferenceBackend;
 use std::time::{Duration, Instant};
 
-use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use burn::tensor::{Int, Tensor, TensorData};
 
 use crate::attention::{AttentionCache, ContiguousKvCache};
 use crate::error::{Result, RuntimeError};
@@ -72,7 +73,7 @@ pub struct Generation {
 }
 
 /// Reads one row of logits back to the host.
-pub fn logits_to_vec<B: Backend>(logits: Tensor<B, 3>) -> Result<Vec<f32>> {
+pub fn logits_to_vec<B: InferenceBackend>(logits: Tensor<B, 3>) -> Result<Vec<f32>> {
     logits
         .into_data()
         .convert::<f32>()
@@ -81,13 +82,13 @@ pub fn logits_to_vec<B: Backend>(logits: Tensor<B, 3>) -> Result<Vec<f32>> {
 }
 
 /// Token ids as a `[1, t]` tensor.
-pub fn token_tensor<B: Backend>(ids: &[u32], device: &B::Device) -> Tensor<B, 2, Int> {
+pub fn token_tensor<B: InferenceBackend>(ids: &[u32], device: &B::Device) -> Tensor<B, 2, Int> {
     let v: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
     Tensor::from_data(TensorData::new(v, [1, ids.len()]), device)
 }
 
 /// Feeds `ids` into `cache` in chunks of [`PREFILL_CHUNK`]; returns the last position's logits.
-pub fn prefill<B: Backend, M: CausalLm<B> + ?Sized>(
+pub fn prefill<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     model: &M,
     cache: &mut dyn AttentionCache<B>,
     ids: &[u32],
@@ -108,7 +109,7 @@ pub fn prefill<B: Backend, M: CausalLm<B> + ?Sized>(
 
 /// Generates from `prompt_ids`, calling `on_text` with each new piece of text; `on_text` returns
 /// `false` to stop early.
-pub fn generate<B: Backend, M: CausalLm<B> + ?Sized>(
+pub fn generate<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     model: &M,
     tok: &Tokenizer,
     prompt_ids: &[u32],

@@ -11,6 +11,8 @@ pub mod eval;
 pub mod generate;
 pub mod model;
 pub mod quant;
+
+pub use cinder_backends::InferenceBackend;
 pub mod sampler;
 pub mod tokenizer;
 

@@ -1,6 +1,7 @@
 //! The interface between a model architecture and the runtime.
 
-use burn::tensor::{Int, Tensor, backend::Backend};
+use cinder_backends::InferenceBackend;
+use burn::tensor::{Int, Tensor};
 
 use crate::attention::AttentionCache;
 
@@ -27,7 +28,7 @@ impl Logits {
 }
 
 /// A decoder-only language model. Implementations hold weights only; the cache is passed in.
-pub trait CausalLm<B: Backend> {
+pub trait CausalLm<B: InferenceBackend> {
     /// Runs `tokens` `[batch, t]`, which continue the sequence held in `cache`, and returns logits
     /// `[batch, n, vocab]` for the last `n = logits.count(t)` positions. Advances the cache by `t`.
     fn forward(

@@ -7,14 +7,25 @@
 
 use std::arch::x86_64::*;
 
-use half::f16;
-
 use crate::act::{BlockQ8, BlockQ8K};
 use crate::scalar::scale_min_k4;
 
+/// The two f16 values in the 4 bytes at `at`, widened with F16C (exact, as `half` is). Reading a whole
+/// u32 makes the compiler use a zeroing `vmovd`: a 16-bit insert would merge into a live register and
+/// chain every block of the loop onto the previous one.
 #[inline]
-fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn f16x2(b: &[u8], at: usize) -> (f32, f32) {
+    let bits = u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// The f16 at `at` (blocks where a second f16 or quant bytes follow it).
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16x2(b, at).0
 }
 
 #[inline]
@@ -72,7 +83,7 @@ unsafe fn load_q(x: &[i8]) -> __m256i {
 }
 
 /// Q4_0 · Q8_0.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q4_0(w: &[u8], x: &[BlockQ8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (b, xb) in w.chunks_exact(18).zip(x) {
@@ -85,13 +96,14 @@ pub unsafe fn dot_q4_0(w: &[u8], x: &[BlockQ8]) -> f32 {
 }
 
 /// Q4_1 · Q8_1.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q4_1(w: &[u8], x: &[BlockQ8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut summs = 0.0f32;
     for (b, xb) in w.chunks_exact(20).zip(x) {
-        summs += f16_at(b, 2) * xb.s;
-        let d = _mm256_set1_ps(f16_at(b, 0) * xb.d);
+        let (dw, mw) = f16x2(b, 0);
+        summs += mw * xb.s;
+        let d = _mm256_set1_ps(dw * xb.d);
         let q = nibbles32(b.as_ptr().add(4));
         let l = _mm256_cvtepi32_ps(lanes_us(q, load_q(&xb.qs)));
         acc = _mm256_fmadd_ps(d, l, acc);
@@ -105,7 +117,7 @@ fn qh_at(b: &[u8], at: usize) -> u32 {
 }
 
 /// Q5_0 · Q8_0.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q5_0(w: &[u8], x: &[BlockQ8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (b, xb) in w.chunks_exact(22).zip(x) {
@@ -120,13 +132,14 @@ pub unsafe fn dot_q5_0(w: &[u8], x: &[BlockQ8]) -> f32 {
 }
 
 /// Q5_1 · Q8_1.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q5_1(w: &[u8], x: &[BlockQ8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut summs = 0.0f32;
     for (b, xb) in w.chunks_exact(24).zip(x) {
-        summs += f16_at(b, 2) * xb.s;
-        let d = _mm256_set1_ps(f16_at(b, 0) * xb.d);
+        let (dw, mw) = f16x2(b, 0);
+        summs += mw * xb.s;
+        let d = _mm256_set1_ps(dw * xb.d);
         let hi = _mm256_and_si256(bits32(qh_at(b, 4)), _mm256_set1_epi8(0x10));
         let q = _mm256_or_si256(nibbles32(b.as_ptr().add(8)), hi);
         let l = _mm256_cvtepi32_ps(lanes_us(q, load_q(&xb.qs)));
@@ -136,7 +149,7 @@ pub unsafe fn dot_q5_1(w: &[u8], x: &[BlockQ8]) -> f32 {
 }
 
 /// Q8_0 · Q8_0.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q8_0(w: &[u8], x: &[BlockQ8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (b, xb) in w.chunks_exact(34).zip(x) {
@@ -166,7 +179,7 @@ fn finish_kmins(total: f32, accm: [f32; 4]) -> f32 {
 }
 
 /// Q4_K · Q8_K.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q4_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut accm = [0.0f32; 4];
@@ -184,15 +197,16 @@ pub unsafe fn dot_q4_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
             let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load_q(&xb.qs[64 * c + 32..])), sh);
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        let d = xb.d * f16_at(b, 0);
+        let (dw, dminw) = f16x2(b, 0);
+        let d = xb.d * dw;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        kmins(scales, -xb.d * f16_at(b, 2), xb, &mut accm);
+        kmins(scales, -xb.d * dminw, xb, &mut accm);
     }
     finish_kmins(hsum8(acc), accm)
 }
 
 /// Q5_K · Q8_K.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q5_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let mut accm = [0.0f32; 4];
@@ -218,15 +232,16 @@ pub unsafe fn dot_q5_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
             let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load_q(&xb.qs[64 * c + 32..])), sh);
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        let d = xb.d * f16_at(b, 0);
+        let (dw, dminw) = f16x2(b, 0);
+        let d = xb.d * dw;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        kmins(scales, -xb.d * f16_at(b, 2), xb, &mut accm);
+        kmins(scales, -xb.d * dminw, xb, &mut accm);
     }
     finish_kmins(hsum8(acc), accm)
 }
 
 /// Q6_K · Q8_K.
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q6_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     let m4 = _mm256_set1_epi8(0x0F);
@@ -265,7 +280,7 @@ pub unsafe fn dot_q6_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, sc));
             }
         }
-        let d = xb.d * f16_at(b, 208);
+        let d = xb.d * f16x2(b, 206).1;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum8(acc)
@@ -311,7 +326,7 @@ pub unsafe fn dot_f16(w: &[u8], x: &[f32]) -> f32 {
     dot_float(
         x.len(),
         |i| _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i) as *const __m128i)),
-        |i| f16_at(w, 2 * i),
+        |i| half::f16::from_bits(u16::from_le_bytes([w[2 * i], w[2 * i + 1]])).to_f32(),
         x,
     )
 }

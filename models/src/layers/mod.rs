@@ -1,22 +1,23 @@
 //! Blocks shared by the architectures: RMSNorm, rotary embeddings, activations, the token embedding and
 //! the output projection.
 
+use cinder_runtime::InferenceBackend;
 use burn::module::{Module, Param};
-use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+use burn::tensor::{Int, Tensor, TensorData};
 use cinder_runtime::model::Logits;
 use cinder_runtime::quant::QLinear;
 use cinder_runtime::quant::act::round_to_f16;
 
 /// Root-mean-square layer norm: `x / sqrt(mean(x²) + eps) * w` over the last axis.
 #[derive(Module, Debug)]
-pub struct RmsNorm<B: Backend> {
+pub struct RmsNorm<B: InferenceBackend> {
     /// `[d]`
     pub weight: Param<Tensor<B, 1>>,
     /// epsilon inside the square root
     pub eps: f64,
 }
 
-impl<B: Backend> RmsNorm<B> {
+impl<B: InferenceBackend> RmsNorm<B> {
     /// A norm with the given weight.
     pub fn new(weight: Tensor<B, 1>, eps: f64) -> Self {
         Self {
@@ -60,7 +61,7 @@ pub struct Rope {
 impl Rope {
     /// The rotation angles for positions `start .. start + t`, computed once per forward on the host
     /// (`t × n_rot/2` values) and shared by every layer's Q and K.
-    pub fn angles<B: Backend>(&self, start: usize, t: usize, device: &B::Device) -> RopeAngles<B> {
+    pub fn angles<B: InferenceBackend>(&self, start: usize, t: usize, device: &B::Device) -> RopeAngles<B> {
         let half = self.n_rot / 2;
         let mut cos = Vec::with_capacity(t * half);
         let mut sin = Vec::with_capacity(t * half);
@@ -84,14 +85,14 @@ impl Rope {
 
 /// RoPE angles for one forward's positions: `cos`/`sin` `[1, 1, t, n_rot/2, 1]`.
 #[derive(Debug, Clone)]
-pub struct RopeAngles<B: Backend> {
+pub struct RopeAngles<B: InferenceBackend> {
     cos: Tensor<B, 5>,
     sin: Tensor<B, 5>,
     style: RopeStyle,
     n_rot: usize,
 }
 
-impl<B: Backend> RopeAngles<B> {
+impl<B: InferenceBackend> RopeAngles<B> {
     /// Rotates the first `n_rot` dims of each head of `x` `[b, h, t, head_dim]`.
     pub fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
         let [b, h, t, hd] = x.dims();
@@ -132,20 +133,20 @@ impl<B: Backend> RopeAngles<B> {
 }
 
 /// `[b, t, heads * head_dim]` -> `[b, heads, t, head_dim]` (the layout the attention op takes).
-pub fn split_heads<B: Backend>(x: Tensor<B, 3>, heads: usize, head_dim: usize) -> Tensor<B, 4> {
+pub fn split_heads<B: InferenceBackend>(x: Tensor<B, 3>, heads: usize, head_dim: usize) -> Tensor<B, 4> {
     let [b, t, _] = x.dims();
     x.reshape([b, t, heads, head_dim]).swap_dims(1, 2)
 }
 
 /// `[b, heads, t, head_dim]` -> `[b, t, heads * head_dim]`.
-pub fn merge_heads<B: Backend>(x: Tensor<B, 4>) -> Tensor<B, 3> {
+pub fn merge_heads<B: InferenceBackend>(x: Tensor<B, 4>) -> Tensor<B, 3> {
     let [b, h, t, hd] = x.dims();
     x.swap_dims(1, 2).reshape([b, t, h * hd])
 }
 
 /// The decoder tail shared by every architecture: keep the positions `logits` asks for, final norm,
 /// vocabulary projection. `x` `[b, t, d]` -> `[b, n, vocab]`.
-pub fn final_logits<B: Backend>(
+pub fn final_logits<B: InferenceBackend>(
     x: Tensor<B, 3>,
     logits: Logits,
     norm: &RmsNorm<B>,
@@ -161,14 +162,14 @@ pub fn final_logits<B: Backend>(
 }
 
 /// SiLU (swish): `x · σ(x)`.
-pub fn silu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+pub fn silu<B: InferenceBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     burn::tensor::activation::silu(x)
 }
 
 /// GELU, tanh approximation (`gelu_pytorch_tanh`), as ggml's CPU op computes it: the input rounded to
 /// f16, the formula in f32, the result rounded to f16 (ggml reads a precomputed f16 table), with
 /// `x <= -10 -> 0` and `x >= 10 -> x`. Matching that rounding keeps Gemma's outputs on llama.cpp's.
-pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+pub fn gelu_tanh<B: InferenceBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     const COEF_A: f32 = 0.044_715;
     let xh = round_to_f16(x.clone());
@@ -187,12 +188,12 @@ pub fn gelu_tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 /// as the tied output projection (one copy in memory, and the projection rounds its input exactly as a
 /// separate quantized `lm_head` would).
 #[derive(Module, Debug)]
-pub struct Embedding<B: Backend> {
+pub struct Embedding<B: InferenceBackend> {
     /// `vocab × d`
     pub table: QLinear<B>,
 }
 
-impl<B: Backend> Embedding<B> {
+impl<B: InferenceBackend> Embedding<B> {
     /// Wraps a table.
     pub fn new(table: QLinear<B>) -> Self {
         Self { table }
@@ -214,12 +215,12 @@ impl<B: Backend> Embedding<B> {
 /// The vocabulary projection: its own weight, or (when `separate` is `None`) the token embedding reused
 /// (tied embeddings).
 #[derive(Module, Debug)]
-pub struct OutputHead<B: Backend> {
+pub struct OutputHead<B: InferenceBackend> {
     /// A separate `lm_head` / `output.weight`.
     pub separate: Option<QLinear<B>>,
 }
 
-impl<B: Backend> OutputHead<B> {
+impl<B: InferenceBackend> OutputHead<B> {
     /// `x` `[n, d]` -> logits `[n, vocab]`.
     pub fn forward(&self, x: Tensor<B, 2>, embedding: &Embedding<B>) -> Tensor<B, 2> {
         match &self.separate {

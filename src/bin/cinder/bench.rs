@@ -54,7 +54,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 impl BackendTask for Task {
     type Output = Result<()>;
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
         let a = self.args;
         let m = crate::load_model::<B>(&a.model, &device)?;
         let model = &m.model;

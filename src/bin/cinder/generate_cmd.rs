@@ -100,7 +100,7 @@ pub struct RunTask(pub RunArgs);
 
 impl BackendTask for RunTask {
     type Output = Result<()>;
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
         let a = self.0;
         let m = crate::load_model::<B>(&a.model, &device)?;
         let ids = m.tokenizer.encode(&a.prompt, true)?;
@@ -139,7 +139,7 @@ pub struct ChatTask(pub ChatArgs);
 
 impl BackendTask for ChatTask {
     type Output = Result<()>;
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
         let a = self.0;
         let m = crate::load_model::<B>(&a.model, &device)?;
         let mut messages = Vec::new();

@@ -67,7 +67,7 @@ pub fn resolve_model(model: &str) -> Result<PathBuf> {
 }
 
 /// Resolves MODEL and loads it (GGUF) on `device`.
-pub fn load_model<B: cinder::backends::Backend>(
+pub fn load_model<B: cinder::backends::InferenceBackend>(
     model: &str,
     device: &B::Device,
 ) -> Result<cinder::importer::LoadedModel<B>> {

@@ -31,7 +31,7 @@ pub struct Task(pub PerplexityArgs);
 
 impl BackendTask for Task {
     type Output = Result<()>;
-    fn run<B: Backend>(self, device: B::Device) -> Result<()> {
+    fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
         let a = self.0;
         let text_path = if PathBuf::from(&a.file).exists() {
             PathBuf::from(&a.file)

@@ -1,0 +1,334 @@
+//! The quantized-matmul extension every backend implements: [`InferenceBackend`].
+//!
+//! A model's linear layers hold a [`QWeight`] (the checkpoint's blocks, usually the GGUF file's own
+//! mapped pages) prepared by the backend into its [`InferenceBackend::QMatrix`]:
+//! - CPU backends (flex, ndarray) keep the blocks as they are and run `cinder-kernels` (Q8 activation
+//!   blocks and integer dot products, AVX2 where the CPU has it), so a 4-bit weight is read as 4 bits.
+//! - Every other backend gets the generic fallback ([`DenseQMatrix`]): the weight dequantized once to
+//!   f32 on the device, activations rounded as the kernels round them ([`crate::act`]), one Burn
+//!   matmul. Correct everywhere, but it holds f32 weights.
+
+use std::fmt;
+
+use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
+pub use cinder_gguf::{GgmlType, SharedBytes};
+use cinder_kernels::Weights;
+
+use crate::BackendError;
+use crate::act::ActQuant;
+
+/// A weight matrix as the checkpoint stores it: `n` output rows of `k` inputs in `ty`'s block format
+/// (GGUF dims `[k, n]`).
+#[derive(Clone)]
+pub struct QWeight {
+    /// storage type
+    pub ty: GgmlType,
+    /// output rows
+    pub n: usize,
+    /// inputs per row
+    pub k: usize,
+    /// the blocks, `n · row_bytes` bytes
+    pub data: SharedBytes,
+}
+
+impl fmt::Debug for QWeight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "QWeight({} {}×{})", self.ty.name(), self.n, self.k)
+    }
+}
+
+impl QWeight {
+    /// A row-major f32 weight `[n, k]` (tests, weights computed in memory).
+    pub fn from_f32(values: &[f32], n: usize, k: usize) -> Self {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Self {
+            ty: GgmlType::F32,
+            n,
+            k,
+            data: SharedBytes::from_vec(bytes),
+        }
+    }
+
+    #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+    fn kernel_view(&self) -> Weights<'_> {
+        Weights {
+            ty: self.ty,
+            data: &self.data,
+            n: self.n,
+            k: self.k,
+        }
+    }
+
+    /// Checks the byte count against the shape.
+    pub fn validate(&self, name: &str) -> Result<(), BackendError> {
+        let expected = self
+            .ty
+            .bytes_for((self.n * self.k) as u64)
+            .ok_or_else(|| BackendError::Weight {
+                name: name.to_string(),
+                reason: format!(
+                    "{}×{} is not a whole number of {} blocks",
+                    self.n,
+                    self.k,
+                    self.ty.name()
+                ),
+            })?;
+        if expected != self.data.len() as u64 {
+            return Err(BackendError::Weight {
+                name: name.to_string(),
+                reason: format!(
+                    "{} bytes for a {}×{} {} weight (expected {expected})",
+                    self.data.len(),
+                    self.n,
+                    self.k,
+                    self.ty.name()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The weight in f32, row-major `[n, k]`, through the reference dequantizer.
+    pub fn dequantize(&self, name: &str) -> Result<Vec<f32>, BackendError> {
+        cinder_gguf::dequant::dequantize(self.ty, &self.data, self.n * self.k).map_err(|e| {
+            BackendError::Weight {
+                name: name.to_string(),
+                reason: e.to_string(),
+            }
+        })
+    }
+}
+
+/// Backend operations beyond Burn's that inference needs: products with quantized weights (and, with
+/// the paged KV cache, paged attention). Implemented for every backend type in [`crate::types`].
+pub trait InferenceBackend: Backend {
+    /// A weight prepared for this backend's kernels.
+    type QMatrix: Clone + fmt::Debug + Send + Sync + 'static;
+
+    /// Prepares a weight (validated here: a bad byte count is an error naming `name`).
+    fn qw_prepare(name: &str, w: QWeight, device: &Self::Device) -> Result<Self::QMatrix, BackendError>;
+
+    /// `x` `[m, k]` · `Wᵀ` -> `[m, n]`.
+    fn qw_matmul(x: Tensor<Self, 2>, w: &Self::QMatrix) -> Tensor<Self, 2>;
+
+    /// Rows `ids` of `W` as f32 `[len, k]` (embedding lookups in a table that may double as the tied
+    /// output projection).
+    fn qw_rows(w: &Self::QMatrix, ids: Tensor<Self, 1, Int>) -> Tensor<Self, 2>;
+
+    /// `(n, k)` of a prepared weight.
+    fn qw_shape(w: &Self::QMatrix) -> (usize, usize);
+}
+
+/// A prepared weight with its backend type erased, so a Burn `Module` can hold it as a plain
+/// (non-parameter) field: Burn's derive maps modules between a backend and its autodiff wrapper, which
+/// an associated type of one backend cannot follow. [`PreparedWeight::get`] recovers it.
+#[derive(Clone)]
+pub struct PreparedWeight {
+    inner: std::sync::Arc<dyn std::any::Any + Send + Sync>,
+    shape: (usize, usize),
+    backend: &'static str,
+}
+
+impl fmt::Debug for PreparedWeight {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "PreparedWeight({}×{} for {})",
+            self.shape.0, self.shape.1, self.backend
+        )
+    }
+}
+
+impl PreparedWeight {
+    /// Prepares `w` for backend `B`.
+    pub fn new<B: InferenceBackend>(
+        name: &str,
+        w: QWeight,
+        device: &B::Device,
+    ) -> Result<Self, BackendError> {
+        let m = B::qw_prepare(name, w, device)?;
+        Ok(Self {
+            shape: B::qw_shape(&m),
+            inner: std::sync::Arc::new(m),
+            backend: std::any::type_name::<B>(),
+        })
+    }
+
+    /// `(n, k)`: output rows, inputs per row.
+    pub fn shape(&self) -> (usize, usize) {
+        self.shape
+    }
+
+    /// The weight as backend `B` prepared it. A layer is used only with the backend it was loaded
+    /// for; anything else is a bug in the caller, reported with both backend names.
+    pub fn get<B: InferenceBackend>(&self) -> &B::QMatrix {
+        match self.inner.downcast_ref::<B::QMatrix>() {
+            Some(m) => m,
+            None => panic!(
+                "weight prepared for {} used with {}",
+                self.backend,
+                std::any::type_name::<B>()
+            ),
+        }
+    }
+}
+
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+/// A weight kept in its block format in host memory, for the CPU kernels.
+#[derive(Clone, Debug)]
+pub struct HostQMatrix<D> {
+    w: QWeight,
+    device: D,
+}
+
+/// The generic fallback: f32 weight on the device, stored transposed `[k, n]` for a plain matmul.
+#[derive(Clone, Debug)]
+pub struct DenseQMatrix<B: Backend> {
+    weight: Tensor<B, 2>,
+    act: ActQuant,
+}
+
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+fn host_prepare<D>(name: &str, w: QWeight, device: &D) -> Result<HostQMatrix<D>, BackendError>
+where
+    D: Clone,
+{
+    w.validate(name)?;
+    let w = if cinder_kernels::supports(w.ty) {
+        w
+    } else {
+        // Types without a kernel (Q2_K, Q3_K, …) run as f32.
+        tracing::debug!(name, ty = w.ty.name(), "no CPU kernel for this type: expanding to f32");
+        QWeight::from_f32(&w.dequantize(name)?, w.n, w.k)
+    };
+    Ok(HostQMatrix {
+        w,
+        device: device.clone(),
+    })
+}
+
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+fn host_values<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f32> {
+    let data = x.into_data();
+    match data.as_slice::<f32>() {
+        Ok(s) => s.to_vec(),
+        Err(_) => data.convert::<f32>().into_vec::<f32>().unwrap_or_default(),
+    }
+}
+
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+fn host_matmul<B: Backend>(x: Tensor<B, 2>, w: &HostQMatrix<B::Device>) -> Tensor<B, 2> {
+    let [m, k] = x.dims();
+    assert_eq!(k, w.w.k, "qw_matmul: input width {k} for a weight of {} inputs", w.w.k);
+    let xs = host_values(x);
+    let mut y = vec![0.0f32; m * w.w.n];
+    // Shapes were validated when the weight was prepared and just above.
+    if let Err(e) = cinder_kernels::matmul(w.w.kernel_view(), &xs, m, &mut y) {
+        panic!("qw_matmul on validated shapes failed: {e}");
+    }
+    Tensor::from_data(TensorData::new(y, [m, w.w.n]), &w.device)
+}
+
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+fn host_rows<B: Backend>(w: &HostQMatrix<B::Device>, ids: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+    let data = ids.into_data().convert::<i64>();
+    let ids: Vec<usize> = data
+        .as_slice::<i64>()
+        .map(|s| s.iter().map(|&i| i.max(0) as usize).collect())
+        .unwrap_or_default();
+    let mut out = vec![0.0f32; ids.len() * w.w.k];
+    // An out-of-range id is a caller bug (token ids are checked against the vocabulary upstream).
+    if let Err(e) = cinder_kernels::dequantize_rows(w.w.kernel_view(), &ids, &mut out) {
+        panic!("qw_rows: {e}");
+    }
+    Tensor::from_data(TensorData::new(out, [ids.len(), w.w.k]), &w.device)
+}
+
+/// Prepares the generic fallback.
+pub fn dense_prepare<B: Backend>(
+    name: &str,
+    w: QWeight,
+    device: &B::Device,
+) -> Result<DenseQMatrix<B>, BackendError> {
+    w.validate(name)?;
+    let v = w.dequantize(name)?;
+    // Transpose on the host once, so the hot path never does.
+    let (n, k) = (w.n, w.k);
+    let mut t = vec![0.0f32; v.len()];
+    for (o, row) in v.chunks_exact(k).enumerate() {
+        for (i, &x) in row.iter().enumerate() {
+            t[i * n + o] = x;
+        }
+    }
+    Ok(DenseQMatrix {
+        weight: Tensor::from_data(TensorData::new(t, [k, n]), device),
+        act: ActQuant::for_weight(w.ty),
+    })
+}
+
+/// The generic fallback's product.
+pub fn dense_matmul<B: Backend>(x: Tensor<B, 2>, w: &DenseQMatrix<B>) -> Tensor<B, 2> {
+    w.act.apply(x).matmul(w.weight.clone())
+}
+
+#[allow(unused_macros)] // unused when no host backend is compiled in
+macro_rules! host_backend {
+    ($t:ty) => {
+        impl InferenceBackend for $t {
+            type QMatrix = HostQMatrix<burn::tensor::Device<$t>>;
+            fn qw_prepare(
+                name: &str,
+                w: QWeight,
+                device: &Self::Device,
+            ) -> Result<Self::QMatrix, BackendError> {
+                host_prepare(name, w, device)
+            }
+            fn qw_matmul(x: Tensor<Self, 2>, w: &Self::QMatrix) -> Tensor<Self, 2> {
+                host_matmul(x, w)
+            }
+            fn qw_rows(w: &Self::QMatrix, ids: Tensor<Self, 1, Int>) -> Tensor<Self, 2> {
+                host_rows(w, ids)
+            }
+            fn qw_shape(w: &Self::QMatrix) -> (usize, usize) {
+                (w.w.n, w.w.k)
+            }
+        }
+    };
+}
+
+#[allow(unused_macros)] // unused when no GPU backend is compiled in
+macro_rules! dense_backend {
+    ($t:ty) => {
+        impl InferenceBackend for $t {
+            type QMatrix = DenseQMatrix<$t>;
+            fn qw_prepare(
+                name: &str,
+                w: QWeight,
+                device: &Self::Device,
+            ) -> Result<Self::QMatrix, BackendError> {
+                dense_prepare(name, w, device)
+            }
+            fn qw_matmul(x: Tensor<Self, 2>, w: &Self::QMatrix) -> Tensor<Self, 2> {
+                dense_matmul(x, w)
+            }
+            fn qw_rows(w: &Self::QMatrix, ids: Tensor<Self, 1, Int>) -> Tensor<Self, 2> {
+                w.weight.clone().select(1, ids).transpose()
+            }
+            fn qw_shape(w: &Self::QMatrix) -> (usize, usize) {
+                let [k, n] = w.weight.dims();
+                (n, k)
+            }
+        }
+    };
+}
+
+#[cfg(feature = "flex")]
+host_backend!(crate::types::Flex);
+#[cfg(feature = "ndarray")]
+host_backend!(crate::types::NdArray);
+#[cfg(feature = "candle")]
+dense_backend!(crate::types::Candle);
+#[cfg(feature = "wgpu")]
+dense_backend!(crate::types::Wgpu);
+#[cfg(feature = "cuda")]
+dense_backend!(crate::types::Cuda);
