@@ -17,7 +17,7 @@ use cinder_runtime::quant::QLinear;
 
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
-    Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, gelu_tanh, merge_heads,
+    Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, gelu_tanh, heads, merge_heads,
     split_heads,
 };
 use crate::loader::WeightSource;
@@ -211,14 +211,14 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
             style: RopeStyle::Neox,
             linear_scale: 1.0,
         }
-        .angles::<B>(start, t, &device);
+        .angles::<B>(start, t, hd, &[h, kvh], &device);
         let rope_global = Rope {
             n_rot: hd,
             theta: c.rope_theta_global,
             style: RopeStyle::Neox,
             linear_scale: c.rope_linear_scale_global,
         }
-        .angles::<B>(start, t, &device);
+        .angles::<B>(start, t, hd, &[h, kvh], &device);
         let scale = (1.0 / c.query_pre_attn_scalar.sqrt()) as f32;
         // x: [b, t, d], scaled by sqrt(d) as Gemma does
         let mut x = self
@@ -235,11 +235,11 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
             };
             let n = blk.attn_norm.forward(x.clone());
             // q [b, h, t, hd]; k, v [b, kvh, t, hd]; QK-norm over hd, then RoPE
-            let q = split_heads(blk.wq.forward(n.clone()), h, hd);
-            let k = split_heads(blk.wk.forward(n.clone()), kvh, hd);
+            let q = blk.q_norm.forward(heads(blk.wq.forward(n.clone()), h, hd));
+            let k = blk.k_norm.forward(heads(blk.wk.forward(n.clone()), kvh, hd));
             let v = split_heads(blk.wv.forward(n), kvh, hd);
-            let q = rope.apply(blk.q_norm.forward(q));
-            let k = rope.apply(blk.k_norm.forward(k));
+            let q = rope.apply(q).swap_dims(1, 2);
+            let k = rope.apply(k).swap_dims(1, 2);
             let a = merge_heads(cache.attend(i, q, k, v, &params));
             x = x + blk.post_attn_norm.forward(blk.wo.forward(a));
             let n = blk.ffn_norm.forward(x.clone());

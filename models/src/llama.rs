@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
-    Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, merge_heads, silu, split_heads,
+    Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, heads, merge_heads, silu, split_heads,
 };
 use crate::loader::WeightSource;
 
@@ -217,7 +217,7 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
         let c = &self.config;
         let t = tokens.dims()[1];
         let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
-        let rope = self.rope().angles::<B>(cache.position(), t, &self.device());
+        let rope = self.rope().angles::<B>(cache.position(), t, hd, &[h, kvh], &self.device());
         let params = AttentionParams {
             scale: 1.0 / (hd as f32).sqrt(),
             sliding_window: c.sliding_window,
@@ -228,8 +228,8 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
         for (i, blk) in self.blocks.iter().enumerate() {
             let n = blk.attn_norm.forward(x.clone());
             // q [b, h, t, hd]; k, v [b, kvh, t, hd]
-            let q = rope.apply(split_heads(blk.wq.forward(n.clone()), h, hd));
-            let k = rope.apply(split_heads(blk.wk.forward(n.clone()), kvh, hd));
+            let q = rope.apply(heads(blk.wq.forward(n.clone()), h, hd)).swap_dims(1, 2);
+            let k = rope.apply(heads(blk.wk.forward(n.clone()), kvh, hd)).swap_dims(1, 2);
             let v = split_heads(blk.wv.forward(n), kvh, hd);
             let a = merge_heads(cache.attend(i, q, k, v, &params));
             x = x + blk.wo.forward(a);

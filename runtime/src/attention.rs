@@ -47,7 +47,12 @@ pub struct ContiguousKvCache<B: Backend> {
     layers: Vec<Option<(Tensor<B, 4>, Tensor<B, 4>)>>,
     position: usize,
     capacity: usize,
+    /// Masks built during the current forward, shared by the layers that need the same one.
+    masks: Vec<(MaskKey, Option<Tensor<B, 4>>)>,
 }
+
+/// What a mask depends on: `[b, kvh, group·t, total]` shape, the first query's position, the window.
+type MaskKey = ([usize; 4], usize, Option<usize>);
 
 impl<B: Backend> ContiguousKvCache<B> {
     /// An empty cache for `n_layers` layers holding at most `capacity` tokens.
@@ -56,6 +61,7 @@ impl<B: Backend> ContiguousKvCache<B> {
             layers: (0..n_layers).map(|_| None).collect(),
             position: 0,
             capacity,
+            masks: Vec::new(),
         }
     }
 
@@ -68,6 +74,7 @@ impl<B: Backend> ContiguousKvCache<B> {
     pub fn clear(&mut self) {
         self.layers.iter_mut().for_each(|l| *l = None);
         self.position = 0;
+        self.masks.clear();
     }
 }
 
@@ -89,13 +96,25 @@ impl<B: Backend> AttentionCache<B> for ContiguousKvCache<B> {
             None => (k, v),
             Some((pk, pv)) => (Tensor::cat(vec![pk, k], 2), Tensor::cat(vec![pv, v], 2)),
         };
-        let out = attention(q, k_all.clone(), v_all.clone(), self.position, params);
+        let [b, h, t, _] = q.dims();
+        let [_, kvh, total, _] = k_all.dims();
+        let key = ([b, kvh, (h / kvh) * t, total], self.position, params.sliding_window);
+        let mask = match self.masks.iter().find(|(k, _)| *k == key) {
+            Some((_, m)) => m.clone(),
+            None => {
+                let m = causal_mask::<B>(key, &q.device());
+                self.masks.push((key, m.clone()));
+                m
+            }
+        };
+        let out = attention_masked(q, k_all.clone(), v_all.clone(), mask, params);
         *slot = Some((k_all, v_all));
         out
     }
 
     fn advance(&mut self, t: usize) {
         self.position += t;
+        self.masks.clear();
     }
 }
 
@@ -110,8 +129,25 @@ pub fn attention<B: Backend>(
     past: usize,
     params: &AttentionParams,
 ) -> Tensor<B, 4> {
-    let [b, h, t, d] = q.dims();
+    let [b, h, t, _] = q.dims();
     let [_, kvh, total, _] = k.dims();
+    let mask = causal_mask::<B>(
+        ([b, kvh, (h / kvh) * t, total], past, params.sliding_window),
+        &q.device(),
+    );
+    attention_masked(q, k, v, mask, params)
+}
+
+/// [`attention`] with its additive mask already built (see [`causal_mask`]).
+pub fn attention_masked<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    mask: Option<Tensor<B, 4>>,
+    params: &AttentionParams,
+) -> Tensor<B, 4> {
+    let [b, h, t, d] = q.dims();
+    let [_, kvh, _, _] = k.dims();
     let group = h / kvh;
     // Grouped-query attention without copying K/V: the `group` query heads that share a KV head are
     // stacked along the query axis, [b, h, t, d] -> [b, kvh, group·t, d] (heads are ordered
@@ -122,34 +158,30 @@ pub fn attention<B: Backend>(
     if let Some(cap) = params.softcap {
         scores = scores.div_scalar(cap).tanh().mul_scalar(cap);
     }
-    if let Some(mask) = causal_bias::<B>(t, past, total, params.sliding_window, &scores.device()) {
-        // [t, T] broadcast over [b, kvh, group, t, T]
-        let s5: Tensor<B, 5> = scores.reshape([b, kvh, group, t, total]);
-        scores = (s5 + mask.unsqueeze::<5>()).reshape([b, kvh, group * t, total]);
+    if let Some(mask) = mask {
+        // Same shape as the scores: a broadcasting add would take the backends' slow strided path.
+        scores = scores + mask;
     }
     // [b, kvh, group·t, d] -> [b, h, t, d]
     softmax(scores, 3).matmul(v).reshape([b, h, t, d])
 }
 
-/// Additive mask `[t, T]` (0 where visible, a large negative where not), or `None` when every query sees
-/// every key (single-token decode without a window in reach).
-fn causal_bias<B: Backend>(
-    t: usize,
-    past: usize,
-    total: usize,
-    window: Option<usize>,
-    device: &B::Device,
-) -> Option<Tensor<B, 2>> {
+/// The additive causal (and sliding-window) mask `[b, kvh, group·t, total]` for queries at
+/// `past .. past + t`: 0 where visible, a large negative where not; `None` when every query sees every
+/// key (single-token decode without a window in reach).
+pub fn causal_mask<B: Backend>(key: MaskKey, device: &B::Device) -> Option<Tensor<B, 4>> {
+    let ([b, kvh, rows, total], past, window) = key;
+    let t = total - past;
     let window_bites = window.is_some_and(|w| past + t > w);
     if t == 1 && !window_bites {
         return None;
     }
     // A finite value rather than -inf: some GPU softmax kernels turn (-inf) - (-inf) into NaN.
     const HIDDEN: f32 = -1.0e30;
-    let mut bias = vec![0.0f32; t * total];
+    let mut one = vec![0.0f32; t * total];
     for i in 0..t {
         let pos = past + i;
-        for (j, slot) in bias[i * total..(i + 1) * total].iter_mut().enumerate() {
+        for (j, slot) in one[i * total..(i + 1) * total].iter_mut().enumerate() {
             let future = j > pos;
             let outside = window.is_some_and(|w| pos >= w && j <= pos - w);
             if future || outside {
@@ -157,5 +189,14 @@ fn causal_bias<B: Backend>(
             }
         }
     }
-    Some(Tensor::from_data(TensorData::new(bias, [t, total]), device))
+    // Repeated over batch, KV heads and the query heads of a group (rows = group·t).
+    let copies = b * kvh * (rows / t);
+    let mut full = Vec::with_capacity(copies * one.len());
+    for _ in 0..copies {
+        full.extend_from_slice(&one);
+    }
+    Some(Tensor::from_data(
+        TensorData::new(full, [b, kvh, rows, total]),
+        device,
+    ))
 }

@@ -51,6 +51,14 @@ pub enum Activations {
     Q8K(Vec<BlockQ8K>),
 }
 
+/// Round half to even for |v| < 2^22, as `f32::round_ties_even` (which compiles to a libm call on
+/// baseline x86-64): adding 1.5·2^23 leaves no fraction bits, so the FPU's default rounding does it.
+#[inline]
+fn rint(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    (v + MAGIC) - MAGIC
+}
+
 /// Quantizes one 32-value block (`x.len() == 32`).
 pub fn quantize_q8(x: &[f32]) -> BlockQ8 {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
@@ -60,7 +68,7 @@ pub fn quantize_q8(x: &[f32]) -> BlockQ8 {
     let mut sum = 0i32;
     for (q, &v) in qs.iter_mut().zip(x) {
         // |v·id| <= 127 up to one rounding; the clamp keeps a stray 127.00001 in range.
-        let r = (v * id).round_ties_even().clamp(-127.0, 127.0) as i8;
+        let r = rint(v * id).clamp(-127.0, 127.0) as i8;
         *q = r;
         sum += r as i32;
     }
@@ -91,7 +99,7 @@ pub fn quantize_q8k(x: &[f32]) -> BlockQ8K {
     }
     let iscale = -127.0 / max;
     for (q, &v) in b.qs.iter_mut().zip(x) {
-        *q = (iscale * v).round_ties_even().clamp(-128.0, 127.0) as i8;
+        *q = rint(iscale * v).clamp(-128.0, 127.0) as i8;
     }
     for (s, chunk) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
         *s = chunk.iter().map(|&q| q as i16).sum();
@@ -152,6 +160,17 @@ pub fn fake_quantize(kind: ActKind, x: &[f32], k: usize) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn magic_rounding_is_round_half_even() {
+        for i in -300_000..300_000 {
+            let v = i as f32 * 0.000_437 + (i % 3) as f32 * 0.5;
+            assert_eq!(rint(v), v.round_ties_even(), "{v}");
+        }
+        for v in [0.5f32, 1.5, 2.5, -0.5, -1.5, 126.5, -127.5, 127.499_99] {
+            assert_eq!(rint(v), v.round_ties_even(), "{v}");
+        }
+    }
 
     #[test]
     fn q8_block_round_trips_within_half_a_step() {

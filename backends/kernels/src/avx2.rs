@@ -345,3 +345,142 @@ pub unsafe fn dot_bf16(w: &[u8], x: &[f32]) -> f32 {
         x,
     )
 }
+
+/// Activation rows a tile kernel handles at once: each weight block is unpacked once and multiplied
+/// with this many rows (prefill, batches). Every row keeps its own accumulators and the same operation
+/// order as the one-row kernel, so tiled results equal row-by-row results bit for bit.
+pub const TILE: usize = 4;
+
+macro_rules! tile32 {
+    ($name:ident, $bsz:expr, signed: $signed:tt, offset: $off:tt, |$b:ident| $unpack:expr) => {
+        /// One weight row against [`TILE`] activation rows (same arithmetic as the one-row kernel).
+        #[target_feature(enable = "avx2,fma,f16c")]
+        pub unsafe fn $name(w: &[u8], x: &[&[BlockQ8]; TILE]) -> [f32; TILE] {
+            let mut acc = [_mm256_setzero_ps(); TILE];
+            let mut summs = [0.0f32; TILE];
+            for (ib, $b) in w.chunks_exact($bsz).enumerate() {
+                let (dw, mw) = f16x2($b, 0);
+                let q: __m256i = $unpack;
+                // signed weights: |q| once, the sign moved onto each activation row
+                let a = if $signed { _mm256_sign_epi8(q, q) } else { q };
+                for j in 0..TILE {
+                    let xb = &x[j][ib];
+                    if $off {
+                        summs[j] += mw * xb.s;
+                    }
+                    let y = load_q(&xb.qs);
+                    let y = if $signed { _mm256_sign_epi8(y, q) } else { y };
+                    let l = _mm256_cvtepi32_ps(lanes_us(a, y));
+                    acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dw * xb.d), l, acc[j]);
+                }
+            }
+            let mut out = [0.0f32; TILE];
+            for j in 0..TILE {
+                out[j] = if $off { hsum8(acc[j]) + summs[j] } else { hsum8(acc[j]) };
+            }
+            out
+        }
+    };
+}
+
+tile32!(tile_q4_0, 18, signed: true, offset: false,
+    |b| _mm256_sub_epi8(nibbles32(b.as_ptr().add(2)), _mm256_set1_epi8(8)));
+tile32!(tile_q4_1, 20, signed: false, offset: true, |b| nibbles32(b.as_ptr().add(4)));
+tile32!(tile_q5_0, 22, signed: true, offset: false, |b| {
+    let hi = _mm256_and_si256(bits32(qh_at(b, 2)), _mm256_set1_epi8(0x10));
+    _mm256_sub_epi8(_mm256_or_si256(nibbles32(b.as_ptr().add(6)), hi), _mm256_set1_epi8(16))
+});
+tile32!(tile_q5_1, 24, signed: false, offset: true, |b| {
+    let hi = _mm256_and_si256(bits32(qh_at(b, 4)), _mm256_set1_epi8(0x10));
+    _mm256_or_si256(nibbles32(b.as_ptr().add(8)), hi)
+});
+tile32!(tile_q8_0, 34, signed: true, offset: false,
+    |b| _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i));
+
+/// Q4_K · [`TILE`] rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn tile_q4_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
+    let mut acc = [_mm256_setzero_ps(); TILE];
+    let mut accm = [[0.0f32; 4]; TILE];
+    let m4 = _mm256_set1_epi8(0x0F);
+    for (ib, b) in w.chunks_exact(144).enumerate() {
+        let scales = &b[4..16];
+        let mut sumi = [_mm256_setzero_si256(); TILE];
+        for c in 0..4 {
+            let sl = _mm256_set1_epi16(scale_min_k4(2 * c, scales).0 as i16);
+            let sh = _mm256_set1_epi16(scale_min_k4(2 * c + 1, scales).0 as i16);
+            let bits = _mm256_loadu_si256(b.as_ptr().add(16 + 32 * c) as *const __m256i);
+            let lo = _mm256_and_si256(bits, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            for j in 0..TILE {
+                let qs = &x[j][ib].qs;
+                let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load_q(&qs[64 * c..])), sl);
+                let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load_q(&qs[64 * c + 32..])), sh);
+                sumi[j] = _mm256_add_epi32(sumi[j], _mm256_add_epi32(pl, ph));
+            }
+        }
+        let (dw, dminw) = f16x2(b, 0);
+        for j in 0..TILE {
+            let xb = &x[j][ib];
+            let d = xb.d * dw;
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+            kmins(scales, -xb.d * dminw, xb, &mut accm[j]);
+        }
+    }
+    let mut out = [0.0f32; TILE];
+    for j in 0..TILE {
+        out[j] = finish_kmins(hsum8(acc[j]), accm[j]);
+    }
+    out
+}
+
+/// Q6_K · [`TILE`] rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn tile_q6_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
+    let mut acc = [_mm256_setzero_ps(); TILE];
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m2 = _mm256_set1_epi8(3);
+    let m32 = _mm256_set1_epi8(32);
+    for (ib, b) in w.chunks_exact(210).enumerate() {
+        let scales = &b[192..208];
+        let mut sumi = [_mm256_setzero_si256(); TILE];
+        for n in 0..2 {
+            let ql0 = _mm256_loadu_si256(b.as_ptr().add(64 * n) as *const __m256i);
+            let ql1 = _mm256_loadu_si256(b.as_ptr().add(64 * n + 32) as *const __m256i);
+            let qh = _mm256_loadu_si256(b.as_ptr().add(128 + 32 * n) as *const __m256i);
+            let h0 = _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4);
+            let h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4);
+            let h4 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4);
+            let h6 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4);
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(ql0, m4), h0),
+                _mm256_or_si256(_mm256_and_si256(ql1, m4), h2),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), h4),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), h6),
+            ];
+            for (t, qv) in q.iter().enumerate() {
+                let s = 4 * n + t;
+                let sc = _mm256_set_m128i(
+                    _mm_set1_epi16(scales[2 * s + 1] as i8 as i16),
+                    _mm_set1_epi16(scales[2 * s] as i8 as i16),
+                );
+                for j in 0..TILE {
+                    let y = load_q(&x[j][ib].qs[32 * s..]);
+                    let p =
+                        _mm256_sub_epi16(_mm256_maddubs_epi16(*qv, y), _mm256_maddubs_epi16(m32, y));
+                    sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(p, sc));
+                }
+            }
+        }
+        let dw = f16x2(b, 206).1;
+        for j in 0..TILE {
+            let d = x[j][ib].d * dw;
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
+        }
+    }
+    let mut out = [0.0f32; TILE];
+    for j in 0..TILE {
+        out[j] = hsum8(acc[j]);
+    }
+    out
+}

@@ -114,11 +114,19 @@ type DotQ8 = fn(&[u8], &[BlockQ8]) -> f32;
 type DotQ8K = fn(&[u8], &[BlockQ8K]) -> f32;
 type DotF = fn(&[u8], &[f32]) -> f32;
 
-/// One row-dot function, typed by the activation format it reads.
+#[cfg(target_arch = "x86_64")]
+const TILE: usize = avx2::TILE;
+#[cfg(not(target_arch = "x86_64"))]
+const TILE: usize = 4;
+type TileQ8 = fn(&[u8], &[&[BlockQ8]; TILE]) -> [f32; TILE];
+type TileQ8K = fn(&[u8], &[&[BlockQ8K]; TILE]) -> [f32; TILE];
+
+/// One row-dot function, typed by the activation format it reads, with the tile kernel (one weight
+/// row against `TILE` activation rows) where the instruction set has one.
 #[derive(Clone, Copy)]
 enum Dot {
-    Q8(DotQ8),
-    Q8K(DotQ8K),
+    Q8(DotQ8, Option<TileQ8>),
+    Q8K(DotQ8K, Option<TileQ8K>),
     F(DotF),
 }
 
@@ -137,6 +145,15 @@ mod avx2_safe {
     wrap!(dot_q4_0: BlockQ8, dot_q4_1: BlockQ8, dot_q5_0: BlockQ8, dot_q5_1: BlockQ8,
           dot_q8_0: BlockQ8, dot_q4_k: BlockQ8K, dot_q5_k: BlockQ8K, dot_q6_k: BlockQ8K,
           dot_f32: f32, dot_f16: f32, dot_bf16: f32);
+    macro_rules! wrap_tile {
+        ($($name:ident: $act:ty),* $(,)?) => {$(
+            pub fn $name(w: &[u8], x: &[&[$act]; TILE]) -> [f32; TILE] {
+                unsafe { crate::avx2::$name(w, x) }
+            }
+        )*};
+    }
+    wrap_tile!(tile_q4_0: BlockQ8, tile_q4_1: BlockQ8, tile_q5_0: BlockQ8, tile_q5_1: BlockQ8,
+               tile_q8_0: BlockQ8, tile_q4_k: BlockQ8K, tile_q6_k: BlockQ8K);
 }
 
 fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
@@ -145,14 +162,14 @@ fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
     if isa == Isa::Avx2 && isa.is_available() {
         use avx2_safe as v;
         return Some(match ty {
-            Q4_0 => Dot::Q8(v::dot_q4_0),
-            Q4_1 => Dot::Q8(v::dot_q4_1),
-            Q5_0 => Dot::Q8(v::dot_q5_0),
-            Q5_1 => Dot::Q8(v::dot_q5_1),
-            Q8_0 => Dot::Q8(v::dot_q8_0),
-            Q4_K => Dot::Q8K(v::dot_q4_k),
-            Q5_K => Dot::Q8K(v::dot_q5_k),
-            Q6_K => Dot::Q8K(v::dot_q6_k),
+            Q4_0 => Dot::Q8(v::dot_q4_0, Some(v::tile_q4_0)),
+            Q4_1 => Dot::Q8(v::dot_q4_1, Some(v::tile_q4_1)),
+            Q5_0 => Dot::Q8(v::dot_q5_0, Some(v::tile_q5_0)),
+            Q5_1 => Dot::Q8(v::dot_q5_1, Some(v::tile_q5_1)),
+            Q8_0 => Dot::Q8(v::dot_q8_0, Some(v::tile_q8_0)),
+            Q4_K => Dot::Q8K(v::dot_q4_k, Some(v::tile_q4_k)),
+            Q5_K => Dot::Q8K(v::dot_q5_k, None),
+            Q6_K => Dot::Q8K(v::dot_q6_k, Some(v::tile_q6_k)),
             F32 => Dot::F(v::dot_f32),
             F16 => Dot::F(v::dot_f16),
             BF16 => Dot::F(v::dot_bf16),
@@ -162,14 +179,14 @@ fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
     let _ = isa;
     use scalar as s;
     Some(match ty {
-        Q4_0 => Dot::Q8(s::dot_q4_0),
-        Q4_1 => Dot::Q8(s::dot_q4_1),
-        Q5_0 => Dot::Q8(s::dot_q5_0),
-        Q5_1 => Dot::Q8(s::dot_q5_1),
-        Q8_0 => Dot::Q8(s::dot_q8_0),
-        Q4_K => Dot::Q8K(s::dot_q4_k),
-        Q5_K => Dot::Q8K(s::dot_q5_k),
-        Q6_K => Dot::Q8K(s::dot_q6_k),
+        Q4_0 => Dot::Q8(s::dot_q4_0, None),
+        Q4_1 => Dot::Q8(s::dot_q4_1, None),
+        Q5_0 => Dot::Q8(s::dot_q5_0, None),
+        Q5_1 => Dot::Q8(s::dot_q5_1, None),
+        Q8_0 => Dot::Q8(s::dot_q8_0, None),
+        Q4_K => Dot::Q8K(s::dot_q4_k, None),
+        Q5_K => Dot::Q8K(s::dot_q5_k, None),
+        Q6_K => Dot::Q8K(s::dot_q6_k, None),
         F32 => Dot::F(s::dot_f32),
         F16 => Dot::F(s::dot_f16),
         BF16 => Dot::F(s::dot_bf16),
@@ -266,28 +283,33 @@ pub fn matmul_with(
     let kind = act_kind(w.ty).ok_or(KernelError::Unsupported(w.ty.name()))?;
     let dot = dot_for(w.ty, isa).ok_or(KernelError::Unsupported(w.ty.name()))?;
     let acts = act::quantize(kind, x, k);
-    // One row-dot: weight row `r` against activation row `i`.
-    let row_dot = |r: usize, i: usize| -> f32 {
+    // Weight row `r` against activation rows `i0..i0 + out.len()`, tiled where a tile kernel exists.
+    let row_dots = |r: usize, i0: usize, out: &mut [f32]| {
         let wr = &w.data[r * rb..(r + 1) * rb];
         match (dot, &acts) {
-            (Dot::Q8(f), Activations::Q8(a)) => {
+            (Dot::Q8(f, tile), Activations::Q8(a)) => {
                 let per = k / act::QK;
-                f(wr, &a[i * per..(i + 1) * per])
+                rows_tiled(out, i0, |i| &a[i * per..(i + 1) * per], |x| f(wr, x), tile, wr);
             }
-            (Dot::Q8K(f), Activations::Q8K(a)) => {
+            (Dot::Q8K(f, tile), Activations::Q8K(a)) => {
                 let per = k / act::QK_K;
-                f(wr, &a[i * per..(i + 1) * per])
+                rows_tiled(out, i0, |i| &a[i * per..(i + 1) * per], |x| f(wr, x), tile, wr);
             }
-            (Dot::F(f), Activations::F32(a)) => f(wr, &a[i * k..(i + 1) * k]),
+            (Dot::F(f), Activations::F32(a)) => {
+                for (o, v) in out.iter_mut().enumerate() {
+                    let i = i0 + o;
+                    *v = f(wr, &a[i * k..(i + 1) * k]);
+                }
+            }
             // `act_kind` and `dot_for` are built from the same table.
-            _ => 0.0,
+            _ => out.fill(0.0),
         }
     };
     let chunk = rows_per_task(n, m);
     if m == 1 {
         y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
             for (o, v) in ys.iter_mut().enumerate() {
-                *v = row_dot(c * chunk + o, 0);
+                row_dots(c * chunk + o, 0, std::slice::from_mut(v));
             }
         });
     } else {
@@ -296,10 +318,7 @@ pub fn matmul_with(
         let mut yt = vec![0.0f32; n * m];
         yt.par_chunks_mut(chunk * m).enumerate().for_each(|(c, ts)| {
             for (o, row) in ts.chunks_exact_mut(m).enumerate() {
-                let r = c * chunk + o;
-                for (i, v) in row.iter_mut().enumerate() {
-                    *v = row_dot(r, i);
-                }
+                row_dots(c * chunk + o, 0, row);
             }
         });
         for (r, col) in yt.chunks_exact(m).enumerate() {
@@ -309,6 +328,29 @@ pub fn matmul_with(
         }
     }
     Ok(())
+}
+
+/// Fills `out[o]` with the dot of weight row `wr` and activation row `i0 + o`: `TILE` rows at a time
+/// through `tile` when there is one, the rest one by one.
+fn rows_tiled<'a, X: 'a>(
+    out: &mut [f32],
+    i0: usize,
+    row: impl Fn(usize) -> &'a [X],
+    one: impl Fn(&'a [X]) -> f32,
+    tile: Option<fn(&[u8], &[&[X]; TILE]) -> [f32; TILE]>,
+    wr: &[u8],
+) {
+    let mut o = 0;
+    if let Some(tile) = tile {
+        while o + TILE <= out.len() {
+            let xs: [&[X]; TILE] = std::array::from_fn(|j| row(i0 + o + j));
+            out[o..o + TILE].copy_from_slice(&tile(wr, &xs));
+            o += TILE;
+        }
+    }
+    for (j, v) in out[o..].iter_mut().enumerate() {
+        *v = one(row(i0 + o + j));
+    }
 }
 
 /// `y[m, n] = x[m, k] · Wᵀ` with the best instruction set of this CPU.

@@ -100,7 +100,7 @@ fn simd_equals_scalar_bit_for_bit() {
             _ => &[768],
         };
         for &k in ks {
-            let (n, m) = (37, 5);
+            let (n, m) = (37, 9);
             let wd = random_weights(ty, n, k, &mut rng);
             let x = random_acts(m, k, &mut rng);
             let w = Weights { ty, data: &wd, n, k };

@@ -59,77 +59,107 @@ pub struct Rope {
 }
 
 impl Rope {
-    /// The rotation angles for positions `start .. start + t`, computed once per forward on the host
-    /// (`t × n_rot/2` values) and shared by every layer's Q and K.
-    pub fn angles<B: InferenceBackend>(&self, start: usize, t: usize, device: &B::Device) -> RopeAngles<B> {
+    /// The rotation for positions `start .. start + t`, computed once per forward on the host and
+    /// shared by every layer's Q and K, for heads of `head_dim` and each head count in `heads`.
+    pub fn angles<B: InferenceBackend>(
+        &self,
+        start: usize,
+        t: usize,
+        head_dim: usize,
+        heads: &[usize],
+        device: &B::Device,
+    ) -> RopeAngles<B> {
         let half = self.n_rot / 2;
-        let mut cos = Vec::with_capacity(t * half);
-        let mut sin = Vec::with_capacity(t * half);
-        for p in start..start + t {
+        // Per position and output dim j: out[j] = x[j]·c[j] + x[src(j)]·s[j], with src the partner of
+        // j in its rotation pair and s carrying the sign; dims past n_rot pass through (c = 1, s = 0).
+        let mut c = vec![1.0f32; t * head_dim];
+        let mut s = vec![0.0f32; t * head_dim];
+        let mut src = vec![None; head_dim];
+        for (pi, p) in (start..start + t).enumerate() {
             let p = p as f64 / self.linear_scale;
             for i in 0..half {
                 let freq = self.theta.powf(-2.0 * i as f64 / self.n_rot as f64);
-                let (s, c) = (p * freq).sin_cos();
-                cos.push(c as f32);
-                sin.push(s as f32);
+                let (sn, cs) = (p * freq).sin_cos();
+                let (sn, cs) = (sn as f32, cs as f32);
+                let (j0, j1) = match self.style {
+                    RopeStyle::Neox => (i, i + half),
+                    RopeStyle::Interleaved => (2 * i, 2 * i + 1),
+                };
+                let row = pi * head_dim;
+                c[row + j0] = cs;
+                c[row + j1] = cs;
+                s[row + j0] = -sn;
+                s[row + j1] = sn;
+                src[j0] = Some(j1);
+                src[j1] = Some(j0);
             }
         }
+        // The pair swap as a permutation matrix [head_dim, head_dim]: x·P puts x[src(j)] at j. Products
+        // with 1 and 0 are exact, so this is the same arithmetic as slicing the halves, without the
+        // strided element-wise ops slicing costs.
+        let mut perm = vec![0.0f32; head_dim * head_dim];
+        for (j, sj) in src.iter().enumerate() {
+            if let Some(i) = sj {
+                perm[i * head_dim + j] = 1.0;
+            }
+        }
+        let tables = heads
+            .iter()
+            .map(|&h| {
+                // [t, hd] repeated per head: [t·h, hd], row-major like x reshaped from [b=1, t, h, hd].
+                let rep = |v: &[f32]| {
+                    let mut out = Vec::with_capacity(t * h * head_dim);
+                    for row in v.chunks_exact(head_dim) {
+                        for _ in 0..h {
+                            out.extend_from_slice(row);
+                        }
+                    }
+                    Tensor::<B, 2>::from_data(TensorData::new(out, [t * h, head_dim]), device)
+                };
+                (h, rep(&c), rep(&s))
+            })
+            .collect();
         RopeAngles {
-            cos: Tensor::from_data(TensorData::new(cos, [1, 1, t, half, 1]), device),
-            sin: Tensor::from_data(TensorData::new(sin, [1, 1, t, half, 1]), device),
-            style: self.style,
-            n_rot: self.n_rot,
+            perm: Tensor::from_data(TensorData::new(perm, [head_dim, head_dim]), device),
+            tables,
+            t,
         }
     }
 }
 
-/// RoPE angles for one forward's positions: `cos`/`sin` `[1, 1, t, n_rot/2, 1]`.
+/// RoPE for one forward's positions: the pair permutation `[hd, hd]` and, per head count, the
+/// cos/sin tables `[t·heads, hd]`.
 #[derive(Debug, Clone)]
 pub struct RopeAngles<B: InferenceBackend> {
-    cos: Tensor<B, 5>,
-    sin: Tensor<B, 5>,
-    style: RopeStyle,
-    n_rot: usize,
+    perm: Tensor<B, 2>,
+    tables: Vec<(usize, Tensor<B, 2>, Tensor<B, 2>)>,
+    t: usize,
 }
 
 impl<B: InferenceBackend> RopeAngles<B> {
-    /// Rotates the first `n_rot` dims of each head of `x` `[b, h, t, head_dim]`.
+    /// Rotates `x` `[b, t, h, head_dim]` (the layout a projection reshapes to). `h` must be one of the
+    /// head counts the angles were made for.
     pub fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let [b, h, t, hd] = x.dims();
-        let half = self.n_rot / 2;
-        let (rot, pass) = if self.n_rot < hd {
-            (
-                x.clone().narrow(3, 0, self.n_rot),
-                Some(x.narrow(3, self.n_rot, hd - self.n_rot)),
-            )
+        let [b, t, h, hd] = x.dims();
+        debug_assert_eq!(t, self.t);
+        let Some((_, c, s)) = self.tables.iter().find(|(n, _, _)| *n == h) else {
+            panic!("RoPE angles were not made for {h} heads");
+        };
+        let x2: Tensor<B, 2> = x.reshape([b * t * h, hd]);
+        let swapped = x2.clone().matmul(self.perm.clone());
+        let (c, s) = if b == 1 {
+            (c.clone(), s.clone())
         } else {
-            (x, None)
+            (c.clone().repeat_dim(0, b), s.clone().repeat_dim(0, b))
         };
-        let (c, s) = (self.cos.clone(), self.sin.clone());
-        let rotated = match self.style {
-            RopeStyle::Neox => {
-                let c: Tensor<B, 4> = c.reshape([1, 1, t, half]);
-                let s: Tensor<B, 4> = s.reshape([1, 1, t, half]);
-                let x0 = rot.clone().narrow(3, 0, half);
-                let x1 = rot.narrow(3, half, half);
-                let o0 = x0.clone() * c.clone() - x1.clone() * s.clone();
-                let o1 = x0 * s + x1 * c;
-                Tensor::cat(vec![o0, o1], 3)
-            }
-            RopeStyle::Interleaved => {
-                let pairs: Tensor<B, 5> = rot.reshape([b, h, t, half, 2]);
-                let x0 = pairs.clone().narrow(4, 0, 1);
-                let x1 = pairs.narrow(4, 1, 1);
-                let o0 = x0.clone() * c.clone() - x1.clone() * s.clone();
-                let o1 = x0 * s + x1 * c;
-                Tensor::cat(vec![o0, o1], 4).reshape([b, h, t, self.n_rot])
-            }
-        };
-        match pass {
-            Some(p) => Tensor::cat(vec![rotated, p], 3),
-            None => rotated,
-        }
+        (x2 * c + swapped * s).reshape([b, t, h, hd])
     }
+}
+
+/// `[b, t, heads * head_dim]` -> `[b, t, heads, head_dim]` (contiguous: where RoPE and QK-norm run).
+pub fn heads<B: InferenceBackend>(x: Tensor<B, 3>, heads: usize, head_dim: usize) -> Tensor<B, 4> {
+    let [b, t, _] = x.dims();
+    x.reshape([b, t, heads, head_dim])
 }
 
 /// `[b, t, heads * head_dim]` -> `[b, heads, t, head_dim]` (the layout the attention op takes).
