@@ -34,7 +34,9 @@ fn bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut s = seed;
     (0..n)
         .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (s >> 33) as u8
         })
         .collect()
@@ -132,8 +134,14 @@ impl BackendTask for Products {
         for (s, ty) in TYPES.into_iter().enumerate() {
             let w = weight(ty, n, k, s as u64 + 1);
             let mut want = vec![0.0f32; m * n];
-            kernels::matmul_with(Isa::Scalar, Weights { ty, data: &w, n, k }, &x, m, &mut want)
-                .expect("scalar reference");
+            kernels::matmul_with(
+                Isa::Scalar,
+                Weights { ty, data: &w, n, k },
+                &x,
+                m,
+                &mut want,
+            )
+            .expect("scalar reference");
             let layer =
                 QLinear::<B>::from_ggml("w", ty, SharedBytes::from_vec(w), n, k, None, &device)
                     .expect("layer");
@@ -153,7 +161,12 @@ impl BackendTask for Products {
             let ids = Tensor::from_data(TensorData::new(vec![0i64, 7, 39], [3]), &device);
             let rows = readback(layer.rows(ids));
             let mut want_rows = vec![0.0f32; 3 * k];
-            let wv = Weights { ty, data: &weight(ty, n, k, s as u64 + 1), n, k };
+            let wv = Weights {
+                ty,
+                data: &weight(ty, n, k, s as u64 + 1),
+                n,
+                k,
+            };
             kernels::dequantize_rows(wv, &[0, 7, 39], &mut want_rows).expect("rows");
             assert_eq!(rows, want_rows, "{} rows", ty.name());
         }

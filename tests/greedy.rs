@@ -133,7 +133,11 @@ fn check_all(model: &'static str, reference: &'static str, bar: Bar) {
 
 #[test]
 fn smollm2_greedy_matches_llama_cpp() {
-    check_all("smollm2-135m", "smollm2-135m-q4_1.greedy.jsonl", Bar::FirstStep);
+    check_all(
+        "smollm2-135m",
+        "smollm2-135m-q4_1.greedy.jsonl",
+        Bar::FirstStep,
+    );
 }
 
 #[test]

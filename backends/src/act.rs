@@ -92,7 +92,9 @@ impl ActQuant {
 pub fn round_half_even<B: Backend, const D: usize>(y: Tensor<B, D>) -> Tensor<B, D> {
     let a = y.clone().abs();
     let tie = (a.clone() - a.floor()).equal_elem(0.5);
-    let even = (y.clone().mul_scalar(0.5).add_scalar(0.5)).floor().mul_scalar(2.0);
+    let even = (y.clone().mul_scalar(0.5).add_scalar(0.5))
+        .floor()
+        .mul_scalar(2.0);
     y.round().mask_where(tie, even)
 }
 
@@ -157,8 +159,20 @@ mod tests {
 
     #[test]
     fn ties_round_to_even() {
-        let v = vec![0.5f32, 1.5, 2.5, -0.5, -2.5, -3.5, 0.499_999_97, 126.5, -3.2, 0.0];
-        let t = Tensor::<B, 1>::from_data(TensorData::new(v.clone(), [v.len()]), &Default::default());
+        let v = vec![
+            0.5f32,
+            1.5,
+            2.5,
+            -0.5,
+            -2.5,
+            -3.5,
+            0.499_999_97,
+            126.5,
+            -3.2,
+            0.0,
+        ];
+        let t =
+            Tensor::<B, 1>::from_data(TensorData::new(v.clone(), [v.len()]), &Default::default());
         let got: Vec<f32> = round_half_even(t).into_data().to_vec().unwrap();
         let want: Vec<f32> = v.iter().map(|x| x.round_ties_even()).collect();
         assert_eq!(got, want);

@@ -61,18 +61,18 @@ impl QWeight {
 
     /// Checks the byte count against the shape.
     pub fn validate(&self, name: &str) -> Result<(), BackendError> {
-        let expected = self
-            .ty
-            .bytes_for((self.n * self.k) as u64)
-            .ok_or_else(|| BackendError::Weight {
-                name: name.to_string(),
-                reason: format!(
-                    "{}×{} is not a whole number of {} blocks",
-                    self.n,
-                    self.k,
-                    self.ty.name()
-                ),
-            })?;
+        let expected =
+            self.ty
+                .bytes_for((self.n * self.k) as u64)
+                .ok_or_else(|| BackendError::Weight {
+                    name: name.to_string(),
+                    reason: format!(
+                        "{}×{} is not a whole number of {} blocks",
+                        self.n,
+                        self.k,
+                        self.ty.name()
+                    ),
+                })?;
         if expected != self.data.len() as u64 {
             return Err(BackendError::Weight {
                 name: name.to_string(),
@@ -106,7 +106,11 @@ pub trait InferenceBackend: Backend {
     type QMatrix: Clone + fmt::Debug + Send + Sync + 'static;
 
     /// Prepares a weight (validated here: a bad byte count is an error naming `name`).
-    fn qw_prepare(name: &str, w: QWeight, device: &Self::Device) -> Result<Self::QMatrix, BackendError>;
+    fn qw_prepare(
+        name: &str,
+        w: QWeight,
+        device: &Self::Device,
+    ) -> Result<Self::QMatrix, BackendError>;
 
     /// `x` `[m, k]` · `Wᵀ` -> `[m, n]`.
     fn qw_matmul(x: Tensor<Self, 2>, w: &Self::QMatrix) -> Tensor<Self, 2>;
@@ -198,7 +202,11 @@ where
         w
     } else {
         // Types without a kernel (Q2_K, Q3_K, …) run as f32.
-        tracing::debug!(name, ty = w.ty.name(), "no CPU kernel for this type: expanding to f32");
+        tracing::debug!(
+            name,
+            ty = w.ty.name(),
+            "no CPU kernel for this type: expanding to f32"
+        );
         QWeight::from_f32(&w.dequantize(name)?, w.n, w.k)
     };
     Ok(HostQMatrix {
@@ -219,7 +227,11 @@ fn host_values<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f32> {
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 fn host_matmul<B: Backend>(x: Tensor<B, 2>, w: &HostQMatrix<B::Device>) -> Tensor<B, 2> {
     let [m, k] = x.dims();
-    assert_eq!(k, w.w.k, "qw_matmul: input width {k} for a weight of {} inputs", w.w.k);
+    assert_eq!(
+        k, w.w.k,
+        "qw_matmul: input width {k} for a weight of {} inputs",
+        w.w.k
+    );
     let xs = host_values(x);
     let mut y = vec![0.0f32; m * w.w.n];
     // Shapes were validated when the weight was prepared and just above.

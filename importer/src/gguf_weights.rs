@@ -1,9 +1,9 @@
 //! A [`WeightSource`] over the tensors of a GGUF file, addressed through an architecture's name table.
 
-use cinder_runtime::InferenceBackend;
 use burn::tensor::{Tensor, TensorData};
 use cinder_gguf::{GgufFile, TensorInfo};
 use cinder_models::{ModelError, WeightSource};
+use cinder_runtime::InferenceBackend;
 use cinder_runtime::quant::QLinear;
 
 use crate::arch::{NameTable, map_name};

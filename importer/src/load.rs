@@ -4,7 +4,6 @@ use cinder_runtime::InferenceBackend;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-
 use cinder_gguf::GgufFile;
 use cinder_gguf::tokenizer::GgufTokenizer;
 use cinder_models::AnyModel;

@@ -1,7 +1,7 @@
 //! One type for "whichever architecture the file holds", so callers stay generic over the backend only.
 
-use cinder_runtime::InferenceBackend;
 use burn::tensor::{Int, Tensor};
+use cinder_runtime::InferenceBackend;
 use cinder_runtime::attention::AttentionCache;
 use cinder_runtime::model::{CausalLm, Logits};
 

@@ -7,10 +7,10 @@
 //! MLP is GeGLU (tanh GELU); five of every six layers use sliding-window attention with their own RoPE
 //! base, the sixth is global.
 
-use cinder_runtime::InferenceBackend;
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Int, Tensor};
+use cinder_runtime::InferenceBackend;
 use cinder_runtime::attention::{AttentionCache, AttentionParams};
 use cinder_runtime::model::{CausalLm, Logits};
 use cinder_runtime::quant::QLinear;
@@ -236,7 +236,9 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
             let n = blk.attn_norm.forward(x.clone());
             // q [b, h, t, hd]; k, v [b, kvh, t, hd]; QK-norm over hd, then RoPE
             let q = blk.q_norm.forward(heads(blk.wq.forward(n.clone()), h, hd));
-            let k = blk.k_norm.forward(heads(blk.wk.forward(n.clone()), kvh, hd));
+            let k = blk
+                .k_norm
+                .forward(heads(blk.wk.forward(n.clone()), kvh, hd));
             let v = split_heads(blk.wv.forward(n), kvh, hd);
             let q = rope.apply(q).swap_dims(1, 2);
             let k = rope.apply(k).swap_dims(1, 2);

@@ -4,10 +4,10 @@
 //! `llm_build_llama` / `llm_build_qwen2` graphs for the GGUF conventions. Pre-norm blocks with RMSNorm,
 //! rotary embeddings, grouped-query attention (Q/K/V biases for Qwen2) and a SwiGLU MLP.
 
-use cinder_runtime::InferenceBackend;
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Int, Tensor};
+use cinder_runtime::InferenceBackend;
 use cinder_runtime::attention::{AttentionCache, AttentionParams};
 use cinder_runtime::model::{CausalLm, Logits};
 use cinder_runtime::quant::QLinear;
@@ -15,7 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
-    Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, heads, merge_heads, silu, split_heads,
+    Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, heads, merge_heads, silu,
+    split_heads,
 };
 use crate::loader::WeightSource;
 
@@ -217,7 +218,9 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
         let c = &self.config;
         let t = tokens.dims()[1];
         let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
-        let rope = self.rope().angles::<B>(cache.position(), t, hd, &[h, kvh], &self.device());
+        let rope = self
+            .rope()
+            .angles::<B>(cache.position(), t, hd, &[h, kvh], &self.device());
         let params = AttentionParams {
             scale: 1.0 / (hd as f32).sqrt(),
             sliding_window: c.sliding_window,
@@ -228,8 +231,12 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
         for (i, blk) in self.blocks.iter().enumerate() {
             let n = blk.attn_norm.forward(x.clone());
             // q [b, h, t, hd]; k, v [b, kvh, t, hd]
-            let q = rope.apply(heads(blk.wq.forward(n.clone()), h, hd)).swap_dims(1, 2);
-            let k = rope.apply(heads(blk.wk.forward(n.clone()), kvh, hd)).swap_dims(1, 2);
+            let q = rope
+                .apply(heads(blk.wq.forward(n.clone()), h, hd))
+                .swap_dims(1, 2);
+            let k = rope
+                .apply(heads(blk.wk.forward(n.clone()), kvh, hd))
+                .swap_dims(1, 2);
             let v = split_heads(blk.wv.forward(n), kvh, hd);
             let a = merge_heads(cache.attend(i, q, k, v, &params));
             x = x + blk.wo.forward(a);

@@ -2,8 +2,8 @@
 //! (`layers.3.attn.wq`); the importer maps those to checkpoint names with a declarative table per
 //! architecture and per format, and checks shapes.
 
+use burn::tensor::Tensor;
 use cinder_runtime::InferenceBackend;
-use burn::tensor::{Tensor};
 use cinder_runtime::quant::QLinear;
 
 use crate::error::Result;

@@ -98,7 +98,11 @@ impl<B: Backend> AttentionCache<B> for ContiguousKvCache<B> {
         };
         let [b, h, t, _] = q.dims();
         let [_, kvh, total, _] = k_all.dims();
-        let key = ([b, kvh, (h / kvh) * t, total], self.position, params.sliding_window);
+        let key = (
+            [b, kvh, (h / kvh) * t, total],
+            self.position,
+            params.sliding_window,
+        );
         let mask = match self.masks.iter().find(|(k, _)| *k == key) {
             Some((_, m)) => m.clone(),
             None => {

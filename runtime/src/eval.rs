@@ -5,14 +5,12 @@
 //! half (positions `ctx/2 .. ctx-1` predicting the next token), so every prediction has at least `ctx/2`
 //! tokens of context. PPL = exp(mean NLL); the ± is llama.cpp's standard error of that estimate.
 
-
-
-use cinder_backends::InferenceBackend;
 use crate::attention::ContiguousKvCache;
 use crate::error::{Result, RuntimeError};
 use crate::generate::{logits_to_vec, token_tensor};
 use crate::model::{CausalLm, Logits};
 use crate::sampler::log_prob;
+use cinder_backends::InferenceBackend;
 
 /// Perplexity settings.
 #[derive(Debug, Clone, Copy)]

@@ -1,7 +1,7 @@
 //! The interface between a model architecture and the runtime.
 
-use cinder_backends::InferenceBackend;
 use burn::tensor::{Int, Tensor};
+use cinder_backends::InferenceBackend;
 
 use crate::attention::AttentionCache;
 

@@ -289,11 +289,25 @@ pub fn matmul_with(
         match (dot, &acts) {
             (Dot::Q8(f, tile), Activations::Q8(a)) => {
                 let per = k / act::QK;
-                rows_tiled(out, i0, |i| &a[i * per..(i + 1) * per], |x| f(wr, x), tile, wr);
+                rows_tiled(
+                    out,
+                    i0,
+                    |i| &a[i * per..(i + 1) * per],
+                    |x| f(wr, x),
+                    tile,
+                    wr,
+                );
             }
             (Dot::Q8K(f, tile), Activations::Q8K(a)) => {
                 let per = k / act::QK_K;
-                rows_tiled(out, i0, |i| &a[i * per..(i + 1) * per], |x| f(wr, x), tile, wr);
+                rows_tiled(
+                    out,
+                    i0,
+                    |i| &a[i * per..(i + 1) * per],
+                    |x| f(wr, x),
+                    tile,
+                    wr,
+                );
             }
             (Dot::F(f), Activations::F32(a)) => {
                 for (o, v) in out.iter_mut().enumerate() {
@@ -316,11 +330,13 @@ pub fn matmul_with(
         // Each task keeps its weight rows hot in L1 while it runs through every activation row, writing
         // a transposed tile [rows, m]; the transpose back is m·n stores.
         let mut yt = vec![0.0f32; n * m];
-        yt.par_chunks_mut(chunk * m).enumerate().for_each(|(c, ts)| {
-            for (o, row) in ts.chunks_exact_mut(m).enumerate() {
-                row_dots(c * chunk + o, 0, row);
-            }
-        });
+        yt.par_chunks_mut(chunk * m)
+            .enumerate()
+            .for_each(|(c, ts)| {
+                for (o, row) in ts.chunks_exact_mut(m).enumerate() {
+                    row_dots(c * chunk + o, 0, row);
+                }
+            });
         for (r, col) in yt.chunks_exact(m).enumerate() {
             for (i, &v) in col.iter().enumerate() {
                 y[i * n + r] = v;

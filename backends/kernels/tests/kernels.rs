@@ -103,13 +103,23 @@ fn simd_equals_scalar_bit_for_bit() {
             let (n, m) = (37, 9);
             let wd = random_weights(ty, n, k, &mut rng);
             let x = random_acts(m, k, &mut rng);
-            let w = Weights { ty, data: &wd, n, k };
+            let w = Weights {
+                ty,
+                data: &wd,
+                n,
+                k,
+            };
             let mut ys = vec![0.0; m * n];
             let mut yv = vec![0.0; m * n];
             matmul_with(Isa::Scalar, w, &x, m, &mut ys).unwrap();
             matmul_with(Isa::Avx2, w, &x, m, &mut yv).unwrap();
             for (i, (a, b)) in ys.iter().zip(&yv).enumerate() {
-                assert_eq!(a.to_bits(), b.to_bits(), "{} k={k} element {i}: {a} vs {b}", ty.name());
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{} k={k} element {i}: {a} vs {b}",
+                    ty.name()
+                );
             }
             // m == 1 (the decode path) gives the same numbers as row 0 of the batched product.
             let mut y1 = vec![0.0; n];
@@ -126,7 +136,12 @@ fn scalar_matches_dequantized_reference() {
         let (n, m, k) = (9, 3, 512);
         let wd = random_weights(ty, n, k, &mut rng);
         let x = random_acts(m, k, &mut rng);
-        let w = Weights { ty, data: &wd, n, k };
+        let w = Weights {
+            ty,
+            data: &wd,
+            n,
+            k,
+        };
         let mut y = vec![0.0; m * n];
         matmul_with(Isa::Scalar, w, &x, m, &mut y).unwrap();
         let wf = cinder_gguf::dequant::dequantize(ty, &wd, n * k).unwrap();
@@ -159,14 +174,31 @@ fn scalar_matches_dequantized_reference() {
 #[test]
 fn shape_errors_are_reported() {
     let wd = vec![0u8; 20 * 4];
-    let w = Weights { ty: GgmlType::Q4_1, data: &wd, n: 4, k: 32 };
+    let w = Weights {
+        ty: GgmlType::Q4_1,
+        data: &wd,
+        n: 4,
+        k: 32,
+    };
     let mut y = vec![0.0; 4];
     assert!(matmul_with(Isa::Scalar, w, &[0.0; 31], 1, &mut y).is_err());
-    let short = Weights { data: &wd[..79], ..w };
+    let short = Weights {
+        data: &wd[..79],
+        ..w
+    };
     let err = matmul_with(Isa::Scalar, short, &[0.0; 32], 1, &mut y).unwrap_err();
     assert!(err.to_string().contains("weight bytes"), "{err}");
     let odd = Weights { k: 33, ..w };
     assert!(odd.validate().is_err());
-    let unsupported = Weights { ty: GgmlType::Q2_K, ..w };
-    assert!(unsupported.validate().unwrap_err().to_string().contains("Q2_K"));
+    let unsupported = Weights {
+        ty: GgmlType::Q2_K,
+        ..w
+    };
+    assert!(
+        unsupported
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("Q2_K")
+    );
 }

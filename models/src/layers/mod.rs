@@ -1,9 +1,9 @@
 //! Blocks shared by the architectures: RMSNorm, rotary embeddings, activations, the token embedding and
 //! the output projection.
 
-use cinder_runtime::InferenceBackend;
 use burn::module::{Module, Param};
 use burn::tensor::{Int, Tensor, TensorData};
+use cinder_runtime::InferenceBackend;
 use cinder_runtime::model::Logits;
 use cinder_runtime::quant::QLinear;
 use cinder_runtime::quant::act::round_to_f16;
@@ -163,7 +163,11 @@ pub fn heads<B: InferenceBackend>(x: Tensor<B, 3>, heads: usize, head_dim: usize
 }
 
 /// `[b, t, heads * head_dim]` -> `[b, heads, t, head_dim]` (the layout the attention op takes).
-pub fn split_heads<B: InferenceBackend>(x: Tensor<B, 3>, heads: usize, head_dim: usize) -> Tensor<B, 4> {
+pub fn split_heads<B: InferenceBackend>(
+    x: Tensor<B, 3>,
+    heads: usize,
+    head_dim: usize,
+) -> Tensor<B, 4> {
     let [b, t, _] = x.dims();
     x.reshape([b, t, heads, head_dim]).swap_dims(1, 2)
 }

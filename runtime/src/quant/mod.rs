@@ -43,13 +43,13 @@ impl<B: InferenceBackend> QLinear<B> {
             });
         }
         let source_type = w.ty;
-        let weight = PreparedWeight::new::<B>(name, w, device).map_err(|e| RuntimeError::Weight {
-            name: name.to_string(),
-            reason: e.to_string(),
-        })?;
-        let bias = bias.map(|b| {
-            Param::from_tensor(Tensor::from_data(TensorData::new(b, [n]), device))
-        });
+        let weight =
+            PreparedWeight::new::<B>(name, w, device).map_err(|e| RuntimeError::Weight {
+                name: name.to_string(),
+                reason: e.to_string(),
+            })?;
+        let bias =
+            bias.map(|b| Param::from_tensor(Tensor::from_data(TensorData::new(b, [n]), device)));
         Ok(Self {
             weight,
             bias,

@@ -15,9 +15,10 @@ use clap::Args;
 pub struct BenchArgs {
     /// Catalog name or path to a GGUF file.
     pub model: String,
-    /// Prompt length for the prompt-processing test (0 = skip).
-    #[arg(long, default_value_t = 512)]
-    pub prompt_tokens: usize,
+    /// Prompt lengths for the prompt-processing tests, comma-separated (0 = skip), as llama-bench's
+    /// `-p`.
+    #[arg(long, value_delimiter = ',', default_values_t = [128usize, 512])]
+    pub prompt_tokens: Vec<usize>,
     /// Tokens generated in the generation test (0 = skip).
     #[arg(long, default_value_t = 128)]
     pub gen_tokens: usize,
@@ -59,21 +60,24 @@ impl BackendTask for Task {
         let m = crate::load_model::<B>(&a.model, &device)?;
         let model = &m.model;
         let vocab = model.vocab_size() as u32;
+        let lens: Vec<usize> = a.prompt_tokens.iter().copied().filter(|&n| n > 0).collect();
         // A deterministic, non-degenerate prompt: ids spread over the vocabulary.
-        let prompt: Vec<u32> = (0..a.prompt_tokens.max(1))
+        let longest = lens.iter().copied().max().unwrap_or(1);
+        let prompt: Vec<u32> = (0..longest)
             .map(|i| ((i as u64 * 2_654_435_761) % vocab as u64) as u32)
             .collect();
         let reps = a.reps.max(1);
-        let (mut pp, mut tg) = (Vec::new(), Vec::new());
+        let mut pp: Vec<Vec<f64>> = vec![Vec::new(); lens.len()];
+        let mut tg = Vec::new();
         // One untimed warm-up of each test (first-touch allocations, kernel compilation on GPUs).
         for rep in 0..=reps {
-            if a.prompt_tokens > 0 {
-                let mut cache = ContiguousKvCache::<B>::new(model.n_layers(), a.prompt_tokens);
+            for (li, &n) in lens.iter().enumerate() {
+                let mut cache = ContiguousKvCache::<B>::new(model.n_layers(), n);
                 let t0 = Instant::now();
-                prefill(model, &mut cache, &prompt)?;
+                prefill(model, &mut cache, &prompt[..n])?;
                 let s = t0.elapsed().as_secs_f64();
                 if rep > 0 {
-                    pp.push(a.prompt_tokens as f64 / s);
+                    pp[li].push(n as f64 / s);
                 }
             }
             if a.gen_tokens > 0 {
@@ -99,42 +103,51 @@ impl BackendTask for Task {
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let rss = cinder::peak_rss_bytes().unwrap_or(0);
-        let (pp_med, tg_med) = (median(pp.clone()), median(tg.clone()));
+        let lo = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        let mut tests: Vec<(String, Vec<f64>)> = lens
+            .iter()
+            .zip(&pp)
+            .map(|(n, v)| (format!("pp{n}"), v.clone()))
+            .collect();
+        if a.gen_tokens > 0 {
+            tests.push((format!("tg{}", a.gen_tokens), tg.clone()));
+        }
         if a.json {
+            let list: Vec<serde_json::Value> = tests
+                .iter()
+                .map(|(name, v)| {
+                    serde_json::json!({
+                        "test": name, "tps_median": median(v.clone()),
+                        "tps_min": lo(v), "tps_max": hi(v), "tps_all": v,
+                    })
+                })
+                .collect();
             let v = serde_json::json!({
                 "model": m.info.path.display().to_string(),
                 "backend": self.kind.name(),
-                "pp_tokens": a.prompt_tokens, "tg_tokens": a.gen_tokens, "reps": reps,
-                "pp_tps": pp_med, "tg_tps": tg_med,
-                "pp_all": pp, "tg_all": tg,
+                "kernels": cinder::backends::kernels::Isa::detect().name(),
+                "reps": reps,
+                // the longest prompt test and the generation test, as single figures
+                "pp_tokens": longest, "pp_tps": pp.last().map(|v| median(v.clone())).unwrap_or(0.0),
+                "tg_tokens": a.gen_tokens, "tg_tps": median(tg.clone()),
+                "tests": list,
                 "threads": threads, "peak_rss_bytes": rss,
             });
             println!("{v}");
         } else {
-            let range = |v: &[f64]| {
-                let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = v.iter().copied().fold(0.0, f64::max);
-                format!("{lo:.2}–{hi:.2}")
-            };
             println!(
-                "model: {}  backend: {}  threads: {threads}",
+                "model: {}  backend: {}  threads: {threads}  kernels: {}",
                 m.info.path.display(),
-                self.kind
+                self.kind,
+                cinder::backends::kernels::Isa::detect().name()
             );
-            if a.prompt_tokens > 0 {
+            for (name, v) in &tests {
                 println!(
-                    "pp{:<5} {:>9.2} t/s  (min–max {}, {reps} reps)",
-                    a.prompt_tokens,
-                    pp_med,
-                    range(&pp)
-                );
-            }
-            if a.gen_tokens > 0 {
-                println!(
-                    "tg{:<5} {:>9.2} t/s  (min–max {}, {reps} reps)",
-                    a.gen_tokens,
-                    tg_med,
-                    range(&tg)
+                    "{name:<7} {:>9.2} t/s  (min–max {:.2}–{:.2}, {reps} reps)",
+                    median(v.clone()),
+                    lo(v),
+                    hi(v)
                 );
             }
             println!("peak RSS {:.1} MiB", rss as f64 / (1 << 20) as f64);
