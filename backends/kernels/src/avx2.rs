@@ -4,6 +4,8 @@
 //! Every function here requires the CPU features it is compiled for; [`crate::Isa::detect`] selects
 //! this module only after `is_x86_feature_detected!` confirmed them.
 #![allow(unsafe_op_in_unsafe_fn)]
+// Index loops mirror the scalar twin's lane layout.
+#![allow(clippy::needless_range_loop)]
 
 use std::arch::x86_64::*;
 

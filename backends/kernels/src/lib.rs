@@ -118,8 +118,10 @@ type DotF = fn(&[u8], &[f32]) -> f32;
 const TILE: usize = avx2::TILE;
 #[cfg(not(target_arch = "x86_64"))]
 const TILE: usize = 4;
-type TileQ8 = fn(&[u8], &[&[BlockQ8]; TILE]) -> [f32; TILE];
-type TileQ8K = fn(&[u8], &[&[BlockQ8K]; TILE]) -> [f32; TILE];
+/// One weight row against `TILE` activation rows of block type `X`.
+type TileFn<X> = fn(&[u8], &[&[X]; TILE]) -> [f32; TILE];
+type TileQ8 = TileFn<BlockQ8>;
+type TileQ8K = TileFn<BlockQ8K>;
 
 /// One row-dot function, typed by the activation format it reads, with the tile kernel (one weight
 /// row against `TILE` activation rows) where the instruction set has one.
@@ -197,7 +199,7 @@ fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
 /// Bytes of one weight row of `k` values, or `None` if `k` is not whole blocks.
 pub fn row_bytes(ty: GgmlType, k: usize) -> Option<usize> {
     let bs = ty.block_size() as usize;
-    if bs == 0 || k % bs != 0 {
+    if bs == 0 || !k.is_multiple_of(bs) {
         return None;
     }
     Some(k / bs * ty.type_size() as usize)
@@ -353,7 +355,7 @@ fn rows_tiled<'a, X: 'a>(
     i0: usize,
     row: impl Fn(usize) -> &'a [X],
     one: impl Fn(&'a [X]) -> f32,
-    tile: Option<fn(&[u8], &[&[X]; TILE]) -> [f32; TILE]>,
+    tile: Option<TileFn<X>>,
     wr: &[u8],
 ) {
     let mut o = 0;

@@ -11,6 +11,10 @@
 //! This is also llama.cpp's AVX2 structure for these types, which keeps Cinder's sums close to the
 //! reference outputs it is tested against.
 
+// The loops index several arrays by the same position on purpose: the index arithmetic is the lane
+// layout the SIMD kernels reproduce.
+#![allow(clippy::needless_range_loop)]
+
 use half::f16;
 
 use crate::act::{BlockQ8, BlockQ8K, QK, QK_K};
