@@ -144,6 +144,14 @@ pub enum GgufError {
         /// what is wrong
         reason: String,
     },
+    /// Quantization was asked for a type it does not produce, or for values it cannot take.
+    #[error("cannot quantize to {ty}: {reason}")]
+    Quantize {
+        /// the target type
+        ty: String,
+        /// what is wrong
+        reason: String,
+    },
     /// The tokenizer metadata is missing, inconsistent, or of an unsupported kind.
     #[error("tokenizer: {0}")]
     Tokenizer(String),

@@ -11,6 +11,7 @@
 
 pub mod dequant;
 mod error;
+pub mod quantize;
 mod reader;
 pub mod tokenizer;
 mod types;

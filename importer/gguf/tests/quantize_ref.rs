@@ -1,0 +1,47 @@
+//! `cinder_gguf::quantize` produces the same blocks as the `gguf` Python package (a port of ggml's
+//! reference quantizers) for the same f32 input: see tests/data/quant_ref.json.
+
+use cinder_gguf::GgmlType;
+use cinder_gguf::quantize::quantize;
+
+fn hex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+#[test]
+fn blocks_equal_gguf_py() {
+    let text = include_str!("data/quant_ref.json");
+    let v: serde_json::Value = serde_json::from_str(text).expect("json");
+    let raw = hex(v["input_f32_hex"].as_str().expect("input"));
+    let x: Vec<f32> = raw
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let row_len = v["row_len"].as_u64().expect("row_len") as usize;
+    let blocks = v["blocks"].as_object().expect("blocks");
+    assert_eq!(blocks.len(), 6);
+    for (name, want) in blocks {
+        let ty = match name.as_str() {
+            "Q8_0" => GgmlType::Q8_0,
+            "Q4_0" => GgmlType::Q4_0,
+            "Q4_1" => GgmlType::Q4_1,
+            "Q5_0" => GgmlType::Q5_0,
+            "Q5_1" => GgmlType::Q5_1,
+            "F16" => GgmlType::F16,
+            other => panic!("unexpected type {other}"),
+        };
+        let want = hex(want.as_str().expect("hex string"));
+        let got = quantize(ty, &x, row_len).expect("quantize");
+        assert_eq!(got.len(), want.len(), "{name} length");
+        let bad: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
+        assert!(
+            bad.is_empty(),
+            "{name}: {} bytes differ, first at {:?}",
+            bad.len(),
+            bad.first()
+        );
+    }
+}
