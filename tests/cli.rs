@@ -240,3 +240,46 @@ fn bad_inputs_give_clear_errors() {
     assert!(err.contains("exceeds the context"), "stderr: {err}");
     assert!(!err.contains("panicked"), "stderr: {err}");
 }
+
+#[test]
+fn quantize_writes_a_loadable_file_and_refuses_what_it_cannot_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("smol-q8_0.gguf");
+    let out_s = out.to_str().expect("utf-8 path");
+    // Already-quantized input needs the explicit flag.
+    let o = cinder()
+        .args(["quantize", "smollm2-135m", out_s, "--type", "q8_0"])
+        .output()
+        .expect("spawn");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--allow-requantize"));
+    // K-quants are not produced yet: a clear refusal, not a stub.
+    let o = cinder()
+        .args(["quantize", "smollm2-135m", out_s, "--type", "q4_k"])
+        .output()
+        .expect("spawn");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not implemented"));
+    let (stdout, _) = run_ok(&[
+        "quantize",
+        "smollm2-135m",
+        out_s,
+        "--type",
+        "q8_0",
+        "--allow-requantize",
+    ]);
+    assert!(stdout.contains("to Q8_0"), "{stdout}");
+    let (info, _) = run_ok(&["info", out_s]);
+    assert!(info.contains("Q8_0: 211"), "{info}");
+    let (text, _) = run_ok(&[
+        "run",
+        out_s,
+        "--prompt",
+        "The capital of France is",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "4",
+    ]);
+    assert!(text.contains("Paris"), "{text}");
+}

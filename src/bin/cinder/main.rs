@@ -4,6 +4,7 @@ mod bench;
 mod generate_cmd;
 mod info;
 mod perplexity;
+mod quantize;
 
 use std::path::PathBuf;
 
@@ -45,6 +46,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Download a catalog model into the cache (or list the catalog).
     Pull(PullArgs),
+    /// Rewrite a GGUF file with its weights in another block format (ggml's reference quantizers).
+    Quantize(quantize::QuantizeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -125,6 +128,7 @@ fn main() -> Result<()> {
     match &cli.cmd {
         Command::Pull(p) => pull(p),
         Command::Info(a) => info::run(a),
+        Command::Quantize(a) => quantize::run(a),
         _ => {
             let kind = pick_backend(&cli)?;
             tracing::info!(backend = %kind, "backend selected");
@@ -141,7 +145,9 @@ fn main() -> Result<()> {
                         threads,
                     },
                 )?,
-                Command::Pull(_) | Command::Info(_) => unreachable!("handled above"),
+                Command::Pull(_) | Command::Info(_) | Command::Quantize(_) => {
+                    unreachable!("handled above")
+                }
             }
         }
     }
