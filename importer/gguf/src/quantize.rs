@@ -85,9 +85,9 @@ fn q4_1(b: &[f32], out: &mut Vec<u8>) {
 fn pack5(q: impl Fn(usize) -> i32, out: &mut Vec<u8>) {
     let mut qh = 0u32;
     let mut qs = [0u8; QK / 2];
-    for j in 0..QK / 2 {
+    for (j, byte) in qs.iter_mut().enumerate() {
         let (x0, x1) = (q(j), q(j + QK / 2));
-        qs[j] = ((x0 & 0x0F) | ((x1 & 0x0F) << 4)) as u8;
+        *byte = ((x0 & 0x0F) | ((x1 & 0x0F) << 4)) as u8;
         qh |= (((x0 & 0x10) >> 4) as u32) << j;
         qh |= (((x1 & 0x10) >> 4) as u32) << (j + QK / 2);
     }

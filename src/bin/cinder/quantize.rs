@@ -101,7 +101,8 @@ pub fn run(a: &QuantizeArgs) -> Result<()> {
     }
     let tmp = a.output.with_extension("gguf.partial");
     {
-        let f = std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let f =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         let mut f = std::io::BufWriter::new(f);
         w.write_to(&mut f)?;
         f.flush()?;
