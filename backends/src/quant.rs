@@ -217,11 +217,11 @@ where
 
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 fn host_values<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f32> {
-    let data = x.into_data();
-    match data.as_slice::<f32>() {
-        Ok(s) => s.to_vec(),
-        Err(_) => data.convert::<f32>().into_vec::<f32>().unwrap_or_default(),
-    }
+    // `convert` is a no-op for f32 data and `into_vec` takes the buffer without copying it.
+    x.into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .unwrap_or_default()
 }
 
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
@@ -246,7 +246,12 @@ fn host_rows<B: Backend>(w: &HostQMatrix<B::Device>, ids: Tensor<B, 1, Int>) -> 
     let data = ids.into_data().convert::<i64>();
     let ids: Vec<usize> = data
         .as_slice::<i64>()
-        .map(|s| s.iter().map(|&i| i.max(0) as usize).collect())
+        // A negative id becomes an out-of-range index, reported below rather than clamped to row 0.
+        .map(|s| {
+            s.iter()
+                .map(|&i| usize::try_from(i).unwrap_or(usize::MAX))
+                .collect()
+        })
         .unwrap_or_default();
     let mut out = vec![0.0f32; ids.len() * w.w.k];
     // An out-of-range id is a caller bug (token ids are checked against the vocabulary upstream).

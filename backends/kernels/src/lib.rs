@@ -198,11 +198,7 @@ fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
 
 /// Bytes of one weight row of `k` values, or `None` if `k` is not whole blocks.
 pub fn row_bytes(ty: GgmlType, k: usize) -> Option<usize> {
-    let bs = ty.block_size() as usize;
-    if bs == 0 || !k.is_multiple_of(bs) {
-        return None;
-    }
-    Some(k / bs * ty.type_size() as usize)
+    ty.bytes_for(k as u64).and_then(|b| usize::try_from(b).ok())
 }
 
 /// A weight matrix of `n` rows (outputs) of `k` values (inputs), in `ty`'s block format, row-major as
@@ -285,35 +281,20 @@ pub fn matmul_with(
     let kind = act_kind(w.ty).ok_or(KernelError::Unsupported(w.ty.name()))?;
     let dot = dot_for(w.ty, isa).ok_or(KernelError::Unsupported(w.ty.name()))?;
     let acts = act::quantize(kind, x, k);
-    // Weight row `r` against activation rows `i0..i0 + out.len()`, tiled where a tile kernel exists.
-    let row_dots = |r: usize, i0: usize, out: &mut [f32]| {
+    // Weight row `r` against activation rows `0..out.len()`, tiled where a tile kernel exists.
+    let row_dots = |r: usize, out: &mut [f32]| {
         let wr = &w.data[r * rb..(r + 1) * rb];
         match (dot, &acts) {
             (Dot::Q8(f, tile), Activations::Q8(a)) => {
                 let per = k / act::QK;
-                rows_tiled(
-                    out,
-                    i0,
-                    |i| &a[i * per..(i + 1) * per],
-                    |x| f(wr, x),
-                    tile,
-                    wr,
-                );
+                rows_tiled(out, |i| &a[i * per..(i + 1) * per], |x| f(wr, x), tile, wr);
             }
             (Dot::Q8K(f, tile), Activations::Q8K(a)) => {
                 let per = k / act::QK_K;
-                rows_tiled(
-                    out,
-                    i0,
-                    |i| &a[i * per..(i + 1) * per],
-                    |x| f(wr, x),
-                    tile,
-                    wr,
-                );
+                rows_tiled(out, |i| &a[i * per..(i + 1) * per], |x| f(wr, x), tile, wr);
             }
             (Dot::F(f), Activations::F32(a)) => {
-                for (o, v) in out.iter_mut().enumerate() {
-                    let i = i0 + o;
+                for (i, v) in out.iter_mut().enumerate() {
                     *v = f(wr, &a[i * k..(i + 1) * k]);
                 }
             }
@@ -325,7 +306,7 @@ pub fn matmul_with(
     if m == 1 {
         y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
             for (o, v) in ys.iter_mut().enumerate() {
-                row_dots(c * chunk + o, 0, std::slice::from_mut(v));
+                row_dots(c * chunk + o, std::slice::from_mut(v));
             }
         });
     } else {
@@ -336,7 +317,7 @@ pub fn matmul_with(
             .enumerate()
             .for_each(|(c, ts)| {
                 for (o, row) in ts.chunks_exact_mut(m).enumerate() {
-                    row_dots(c * chunk + o, 0, row);
+                    row_dots(c * chunk + o, row);
                 }
             });
         for (r, col) in yt.chunks_exact(m).enumerate() {
@@ -348,11 +329,10 @@ pub fn matmul_with(
     Ok(())
 }
 
-/// Fills `out[o]` with the dot of weight row `wr` and activation row `i0 + o`: `TILE` rows at a time
+/// Fills `out[i]` with the dot of weight row `wr` and activation row `i`: `TILE` rows at a time
 /// through `tile` when there is one, the rest one by one.
 fn rows_tiled<'a, X: 'a>(
     out: &mut [f32],
-    i0: usize,
     row: impl Fn(usize) -> &'a [X],
     one: impl Fn(&'a [X]) -> f32,
     tile: Option<TileFn<X>>,
@@ -361,13 +341,13 @@ fn rows_tiled<'a, X: 'a>(
     let mut o = 0;
     if let Some(tile) = tile {
         while o + TILE <= out.len() {
-            let xs: [&[X]; TILE] = std::array::from_fn(|j| row(i0 + o + j));
+            let xs: [&[X]; TILE] = std::array::from_fn(|j| row(o + j));
             out[o..o + TILE].copy_from_slice(&tile(wr, &xs));
             o += TILE;
         }
     }
     for (j, v) in out[o..].iter_mut().enumerate() {
-        *v = one(row(i0 + o + j));
+        *v = one(row(o + j));
     }
 }
 

@@ -545,30 +545,34 @@ impl GgufFile {
 
     /// The raw bytes of a tensor (validated at open time to lie inside the file).
     pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
-        // Bounds were validated in `from_backing` for every `TensorInfo` this file handed out; a foreign
-        // `TensorInfo` (offsets past the file, or overflowing) yields an empty slice, never a panic.
+        let r = self.data_range(info);
+        &self.backing.bytes()[r]
+    }
+
+    /// Where a tensor's bytes lie in the file. Bounds were validated in `from_backing` for every
+    /// `TensorInfo` this file handed out; a foreign `TensorInfo` (offsets past the file, or
+    /// overflowing) gets an empty range, never a panic.
+    fn data_range(&self, info: &TensorInfo) -> std::ops::Range<usize> {
         let start = self.data_offset.checked_add(info.offset);
         let end = start.and_then(|s| s.checked_add(info.size));
         match (start.map(usize::try_from), end.map(usize::try_from)) {
-            (Some(Ok(start)), Some(Ok(end))) => self.backing.bytes().get(start..end).unwrap_or(&[]),
-            _ => &[],
+            (Some(Ok(start)), Some(Ok(end)))
+                if start <= end && end <= self.backing.bytes().len() =>
+            {
+                start..end
+            }
+            _ => 0..0,
         }
     }
 
     /// A tensor's bytes as a shared handle that keeps the file mapped (zero-copy weight loading).
     /// A foreign `TensorInfo` outside the file yields an empty handle, as [`Self::tensor_data`] does.
     pub fn tensor_shared(&self, info: &TensorInfo) -> SharedBytes {
-        let data = self.tensor_data(info);
-        let base = self.backing.bytes().as_ptr() as usize;
-        let start = if data.is_empty() {
-            0
-        } else {
-            data.as_ptr() as usize - base
-        };
+        let r = self.data_range(info);
         SharedBytes {
             backing: Arc::clone(&self.backing),
-            start,
-            len: data.len(),
+            start: r.start,
+            len: r.len(),
         }
     }
 

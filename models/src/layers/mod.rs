@@ -75,10 +75,12 @@ impl Rope {
         let mut c = vec![1.0f32; t * head_dim];
         let mut s = vec![0.0f32; t * head_dim];
         let mut src = vec![None; head_dim];
+        let freqs: Vec<f64> = (0..half)
+            .map(|i| self.theta.powf(-2.0 * i as f64 / self.n_rot as f64))
+            .collect();
         for (pi, p) in (start..start + t).enumerate() {
             let p = p as f64 / self.linear_scale;
-            for i in 0..half {
-                let freq = self.theta.powf(-2.0 * i as f64 / self.n_rot as f64);
+            for (i, &freq) in freqs.iter().enumerate() {
                 let (sn, cs) = (p * freq).sin_cos();
                 let (sn, cs) = (sn as f32, cs as f32);
                 let (j0, j1) = match self.style {
