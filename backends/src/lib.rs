@@ -9,6 +9,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub mod act;
+pub mod attention;
 pub mod quant;
 
 pub use burn::tensor::backend::Backend;
@@ -42,6 +43,9 @@ pub enum BackendError {
         /// what is wrong
         reason: String,
     },
+    /// A paged-attention layout or KV store that cannot work (a scheduler bug, or a store too large).
+    #[error("paged KV: {0}")]
+    Layout(String),
     /// The thread pool could not be configured.
     #[error("cannot set up {threads} CPU threads: {reason}")]
     Threads {
@@ -165,6 +169,16 @@ pub fn set_threads(threads: usize) -> Result<(), BackendError> {
             reason: e.to_string(),
         }),
     }
+}
+
+/// Memory available to new allocations on the host, in bytes (Linux `MemAvailable`), if known. The
+/// KV cache budget defaults from it; device backends allocate on the host-visible side as well on
+/// this machine's kinds (lavapipe), and a GPU query belongs beside this one.
+pub fn host_available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// Code that runs on whichever backend the user picked: implement this once, generically, and hand it to

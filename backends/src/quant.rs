@@ -16,6 +16,11 @@ use cinder_kernels::Weights;
 
 use crate::BackendError;
 use crate::act::ActQuant;
+#[allow(unused_imports)] // which of these are used depends on the backends compiled in
+use crate::attention::{
+    AttentionParams, DenseKv, HostKv, KvShape, PagedBatch, dense_kv_alloc, dense_kv_copy_block,
+    dense_paged_attention, host_kv_alloc, host_kv_copy_block, host_paged_attention,
+};
 
 /// A weight matrix as the checkpoint stores it: `n` output rows of `k` inputs in `ty`'s block format
 /// (GGUF dims `[k, n]`).
@@ -99,8 +104,8 @@ impl QWeight {
     }
 }
 
-/// Backend operations beyond Burn's that inference needs: products with quantized weights (and, with
-/// the paged KV cache, paged attention). Implemented for every backend type in [`crate::types`].
+/// Backend operations beyond Burn's that inference needs: products with quantized weights and
+/// attention over a paged KV cache. Implemented for every backend type in [`crate::types`].
 pub trait InferenceBackend: Backend {
     /// A weight prepared for this backend's kernels.
     type QMatrix: Clone + fmt::Debug + Send + Sync + 'static;
@@ -121,6 +126,27 @@ pub trait InferenceBackend: Backend {
 
     /// `(n, k)` of a prepared weight.
     fn qw_shape(w: &Self::QMatrix) -> (usize, usize);
+
+    /// One layer's paged K/V store (see [`crate::attention`]).
+    type KvLayer: fmt::Debug + Send + 'static;
+
+    /// Allocates one layer's store, all of it, once.
+    fn kv_alloc(shape: KvShape, device: &Self::Device) -> Result<Self::KvLayer, BackendError>;
+
+    /// Copies block `src` to block `dst` (copy-on-write of a shared, partly filled block).
+    fn kv_copy_block(kv: &mut Self::KvLayer, src: u32, dst: u32);
+
+    /// Writes the batch's new K/V into the store and attends every new query to its sequence's
+    /// cached tokens. `q` `[1, h, T, hd]`, `k`/`v` `[1, kvh, T, hd]` with `T = batch.rows()`; returns
+    /// `[1, h, T, hd]`.
+    fn paged_attention(
+        kv: &mut Self::KvLayer,
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        v: Tensor<Self, 4>,
+        batch: &PagedBatch,
+        params: &AttentionParams,
+    ) -> Tensor<Self, 4>;
 }
 
 /// A prepared weight with its backend type erased, so a Burn `Module` can hold it as a plain
@@ -309,6 +335,26 @@ macro_rules! host_backend {
             fn qw_shape(w: &Self::QMatrix) -> (usize, usize) {
                 (w.w.n, w.w.k)
             }
+            type KvLayer = HostKv<burn::tensor::Device<$t>>;
+            fn kv_alloc(
+                shape: KvShape,
+                device: &Self::Device,
+            ) -> Result<Self::KvLayer, BackendError> {
+                host_kv_alloc(shape, device)
+            }
+            fn kv_copy_block(kv: &mut Self::KvLayer, src: u32, dst: u32) {
+                host_kv_copy_block(kv, src, dst)
+            }
+            fn paged_attention(
+                kv: &mut Self::KvLayer,
+                q: Tensor<Self, 4>,
+                k: Tensor<Self, 4>,
+                v: Tensor<Self, 4>,
+                batch: &PagedBatch,
+                params: &AttentionParams,
+            ) -> Tensor<Self, 4> {
+                host_paged_attention(kv, q, k, v, batch, params)
+            }
         }
     };
 }
@@ -334,6 +380,26 @@ macro_rules! dense_backend {
             fn qw_shape(w: &Self::QMatrix) -> (usize, usize) {
                 let [k, n] = w.weight.dims();
                 (n, k)
+            }
+            type KvLayer = DenseKv<$t>;
+            fn kv_alloc(
+                shape: KvShape,
+                device: &Self::Device,
+            ) -> Result<Self::KvLayer, BackendError> {
+                dense_kv_alloc(shape, device)
+            }
+            fn kv_copy_block(kv: &mut Self::KvLayer, src: u32, dst: u32) {
+                dense_kv_copy_block(kv, src, dst)
+            }
+            fn paged_attention(
+                kv: &mut Self::KvLayer,
+                q: Tensor<Self, 4>,
+                k: Tensor<Self, 4>,
+                v: Tensor<Self, 4>,
+                batch: &PagedBatch,
+                params: &AttentionParams,
+            ) -> Tensor<Self, 4> {
+                dense_paged_attention(kv, q, k, v, batch, params)
             }
         }
     };

@@ -48,6 +48,10 @@ impl<B: InferenceBackend> CausalLm<B> for AnyModel<B> {
         self.inner().n_layers()
     }
 
+    fn kv_dims(&self) -> (usize, usize) {
+        self.inner().kv_dims()
+    }
+
     fn vocab_size(&self) -> usize {
         self.inner().vocab_size()
     }

@@ -202,7 +202,7 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
         let c = &self.config;
         let t = tokens.dims()[1];
         let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
-        let start = cache.position();
+        let positions = cache.positions(t);
         let device = self.device();
         // Sliding-window layers and global layers rotate with different bases: one table each.
         let rope_local = Rope {
@@ -211,14 +211,14 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
             style: RopeStyle::Neox,
             linear_scale: 1.0,
         }
-        .angles::<B>(start, t, hd, &[h, kvh], &device);
+        .angles::<B>(&positions, hd, &[h, kvh], &device);
         let rope_global = Rope {
             n_rot: hd,
             theta: c.rope_theta_global,
             style: RopeStyle::Neox,
             linear_scale: c.rope_linear_scale_global,
         }
-        .angles::<B>(start, t, hd, &[h, kvh], &device);
+        .angles::<B>(&positions, hd, &[h, kvh], &device);
         let scale = (1.0 / c.query_pre_attn_scalar.sqrt()) as f32;
         // x: [b, t, d], scaled by sqrt(d) as Gemma does
         let mut x = self
@@ -254,6 +254,10 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
 
     fn n_layers(&self) -> usize {
         self.config.n_layers
+    }
+
+    fn kv_dims(&self) -> (usize, usize) {
+        (self.config.n_kv_heads, self.config.head_dim)
     }
 
     fn vocab_size(&self) -> usize {

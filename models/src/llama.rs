@@ -220,7 +220,7 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
         let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
         let rope = self
             .rope()
-            .angles::<B>(cache.position(), t, hd, &[h, kvh], &self.device());
+            .angles::<B>(&cache.positions(t), hd, &[h, kvh], &self.device());
         let params = AttentionParams {
             scale: 1.0 / (hd as f32).sqrt(),
             sliding_window: c.sliding_window,
@@ -250,6 +250,10 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
 
     fn n_layers(&self) -> usize {
         self.config.n_layers
+    }
+
+    fn kv_dims(&self) -> (usize, usize) {
+        (self.config.n_kv_heads, self.config.head_dim)
     }
 
     fn vocab_size(&self) -> usize {

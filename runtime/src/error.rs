@@ -36,6 +36,23 @@ pub enum RuntimeError {
         /// what is wrong
         reason: String,
     },
+    /// The KV cache could not be set up.
+    #[error("KV cache: {0}")]
+    KvCache(String),
+    /// The engine's waiting queue is full (backpressure: retry later).
+    #[error("queue full: {waiting} requests already waiting (limit {limit})")]
+    QueueFull {
+        /// requests waiting
+        waiting: usize,
+        /// the limit
+        limit: usize,
+    },
+    /// A request the engine cannot serve, with the reason.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// The engine has stopped.
+    #[error("the engine has shut down")]
+    EngineStopped,
     /// The GGUF-level error (tokenizer metadata, dequantization).
     #[error(transparent)]
     Gguf(#[from] cinder_gguf::GgufError),

@@ -6,11 +6,14 @@ use std::time::{Duration, Instant};
 
 use burn::tensor::{Int, Tensor, TensorData};
 
-use crate::attention::{AttentionCache, ContiguousKvCache};
+use crate::attention::AttentionCache;
+use crate::engine::{EngineConfig, EngineCore, Event, Request};
 use crate::error::{Result, RuntimeError};
+use crate::kv::KvBudget;
 use crate::model::{CausalLm, Logits};
-use crate::sampler::{Sampler, SamplingParams};
-use crate::tokenizer::{Detokenizer, Tokenizer};
+use crate::sampler::SamplingParams;
+use crate::scheduler::SchedulerConfig;
+use crate::tokenizer::Tokenizer;
 
 /// The largest number of prompt tokens fed in one forward: bounds the `[t, T]` attention scores.
 pub const PREFILL_CHUNK: usize = 512;
@@ -51,8 +54,10 @@ pub enum FinishReason {
     Eos,
     /// A stop string appeared.
     Stop,
-    /// The caller's callback asked to stop.
+    /// The caller asked to stop (or dropped the request's stream).
     Cancelled,
+    /// The request's deadline passed.
+    Timeout,
 }
 
 /// The result of one generation.
@@ -108,7 +113,8 @@ pub fn prefill<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
 }
 
 /// Generates from `prompt_ids`, calling `on_text` with each new piece of text; `on_text` returns
-/// `false` to stop early.
+/// `false` to stop early. Runs one request through an [`EngineCore`] of its own (paged KV cache
+/// sized for this request), stepped on the caller's thread: the same code path as batched serving.
 pub fn generate<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     model: &M,
     tok: &Tokenizer,
@@ -127,12 +133,6 @@ pub fn generate<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
             ctx,
         });
     }
-    let mut sampler = Sampler::new(opts.sampling.clone())?;
-    let mut cache = ContiguousKvCache::<B>::new(model.n_layers(), ctx);
-    let device = model.device();
-    let mut history = prompt_ids.to_vec();
-    let mut detok = Detokenizer::new(prompt_ids);
-    let mut stops = StopMatcher::new(&opts.stop_strings);
     let mut out = Generation {
         tokens: Vec::new(),
         text: String::new(),
@@ -141,72 +141,77 @@ pub fn generate<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
         prefill_time: Duration::ZERO,
         decode_times: Vec::new(),
     };
-
+    if opts.max_tokens == 0 {
+        return Ok(out);
+    }
+    let cfg = EngineConfig {
+        scheduler: SchedulerConfig {
+            max_batched_tokens: PREFILL_CHUNK,
+            max_seqs: 1,
+        },
+        kv_budget: Some(KvBudget::Tokens(prompt_ids.len() + opts.max_tokens)),
+        max_waiting: 1,
+        default_timeout: None,
+        prefix_caching: false,
+        ..EngineConfig::default()
+    };
+    let mut core = EngineCore::<B, M>::new(model, tok, cfg)?;
+    let mut stream = core.add(Request {
+        prompt: prompt_ids.to_vec(),
+        max_tokens: opts.max_tokens,
+        sampling: opts.sampling.clone(),
+        stop_strings: opts.stop_strings.clone(),
+        stop_on_eos: opts.stop_on_eos,
+        timeout: None,
+    })?;
     let t0 = Instant::now();
-    let mut logits = prefill(model, &mut cache, prompt_ids)?;
-    let mut step_start = t0;
-    for i in 0..opts.max_tokens {
-        let next = sampler.sample(&logits, &history)?;
-        if i == 0 {
-            out.prefill_time = t0.elapsed();
-        } else {
-            out.decode_times.push(step_start.elapsed());
-        }
-        if opts.stop_on_eos && tok.eot_ids.contains(&next) {
-            out.finish = FinishReason::Eos;
-            break;
-        }
-        history.push(next);
-        out.tokens.push(next);
-        let piece = detok.push(tok, next)?;
-        let (emit, hit) = stops.feed(&piece);
-        if !emit.is_empty() {
-            out.text.push_str(&emit);
-            if !on_text(&emit) {
-                out.finish = FinishReason::Cancelled;
+    let mut last = t0;
+    loop {
+        core.step()?;
+        while let Some(ev) = stream.try_next() {
+            let (text, done) = match ev {
+                Event::Token { id, text } => {
+                    let now = Instant::now();
+                    if out.tokens.is_empty() {
+                        out.prefill_time = now - t0;
+                    } else {
+                        out.decode_times.push(now - last);
+                    }
+                    last = now;
+                    out.tokens.push(id);
+                    (text, None)
+                }
+                Event::Finished { reason, text, .. } => (text, Some(reason)),
+            };
+            if !text.is_empty() {
+                out.text.push_str(&text);
+                if !on_text(&text) && done.is_none() {
+                    out.finish = FinishReason::Cancelled;
+                    return Ok(out);
+                }
+            }
+            if let Some(reason) = done {
+                out.finish = reason;
                 return Ok(out);
             }
         }
-        if hit {
-            out.finish = FinishReason::Stop;
+        if core.num_live() == 0 {
+            // Finished without a final event cannot happen; do not loop forever if it did.
             return Ok(out);
         }
-        if i + 1 == opts.max_tokens {
-            break;
-        }
-        step_start = Instant::now();
-        let l = model.forward(
-            token_tensor::<B>(&[next], &device),
-            &mut cache,
-            Logits::Last,
-        );
-        logits = logits_to_vec(l)?;
     }
-    // Flush held-back text (a partial stop-string prefix that never completed, a trailing byte).
-    let tail = detok.flush(tok)?;
-    let (mut emit, hit) = stops.feed(&tail);
-    if !hit {
-        emit.push_str(&stops.finish());
-    } else {
-        out.finish = FinishReason::Stop;
-    }
-    if !emit.is_empty() {
-        out.text.push_str(&emit);
-        on_text(&emit);
-    }
-    Ok(out)
 }
 
 /// Finds stop strings across piece boundaries, holding back text that could be the start of one.
 #[derive(Debug)]
-struct StopMatcher {
+pub(crate) struct StopMatcher {
     stops: Vec<String>,
     pending: String,
     done: bool,
 }
 
 impl StopMatcher {
-    fn new(stops: &[String]) -> Self {
+    pub(crate) fn new(stops: &[String]) -> Self {
         Self {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
             pending: String::new(),
@@ -215,7 +220,7 @@ impl StopMatcher {
     }
 
     /// Adds `piece`; returns the text safe to emit and whether a stop string was found.
-    fn feed(&mut self, piece: &str) -> (String, bool) {
+    pub(crate) fn feed(&mut self, piece: &str) -> (String, bool) {
         if self.done {
             return (String::new(), true);
         }
@@ -246,7 +251,7 @@ impl StopMatcher {
         (emit, false)
     }
 
-    fn finish(&mut self) -> String {
+    pub(crate) fn finish(&mut self) -> String {
         std::mem::take(&mut self.pending)
     }
 }

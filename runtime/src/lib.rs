@@ -1,16 +1,20 @@
 //! # cinder-runtime
 //!
 //! Backend-agnostic machinery between a model and a user: the attention op and its KV cache, the linear
-//! layer abstraction, sampling, the generation loop, and the tokenizer wrapper (chat templates,
+//! layer abstraction, the paged KV cache, the continuous-batching scheduler and engine, sampling, the
+//! generation loop, and the tokenizer wrapper (chat templates,
 //! incremental detokenization). Models call into this crate; it never names a concrete backend.
 #![warn(missing_docs)]
 
 pub mod attention;
+pub mod engine;
 mod error;
 pub mod eval;
 pub mod generate;
+pub mod kv;
 pub mod model;
 pub mod quant;
+pub mod scheduler;
 
 pub use cinder_backends::InferenceBackend;
 pub mod sampler;

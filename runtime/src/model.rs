@@ -6,7 +6,7 @@ use cinder_backends::InferenceBackend;
 use crate::attention::AttentionCache;
 
 /// Which positions' logits a forward pass returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Logits {
     /// Every position (perplexity, speculative verification).
     All,
@@ -14,15 +14,19 @@ pub enum Logits {
     Last,
     /// The last `n` positions (perplexity scores only the second half of each window).
     Tail(usize),
+    /// These time steps, in this order (a ragged batch: the last new token of each sequence that
+    /// needs a next token).
+    Rows(Vec<usize>),
 }
 
 impl Logits {
     /// How many trailing positions of a `t`-token forward get logits.
-    pub fn count(self, t: usize) -> usize {
+    pub fn count(&self, t: usize) -> usize {
         match self {
             Logits::All => t,
             Logits::Last => t.min(1),
-            Logits::Tail(n) => n.min(t),
+            Logits::Tail(n) => (*n).min(t),
+            Logits::Rows(r) => r.len(),
         }
     }
 }
@@ -40,6 +44,9 @@ pub trait CausalLm<B: InferenceBackend> {
 
     /// Number of transformer layers (the cache needs one slot per layer).
     fn n_layers(&self) -> usize;
+
+    /// `(kv_heads, head_dim)`: the K/V width per token and layer (sizes the paged cache).
+    fn kv_dims(&self) -> (usize, usize);
 
     /// Vocabulary size (rows of the output projection).
     fn vocab_size(&self) -> usize;

@@ -59,17 +59,18 @@ pub struct Rope {
 }
 
 impl Rope {
-    /// The rotation for positions `start .. start + t`, computed once per forward on the host and
-    /// shared by every layer's Q and K, for heads of `head_dim` and each head count in `heads`.
+    /// The rotation for the forward's `positions` (one per time step; consecutive for one sequence,
+    /// each sequence's own in a ragged batch), computed once per forward on the host and shared by
+    /// every layer's Q and K, for heads of `head_dim` and each head count in `heads`.
     pub fn angles<B: InferenceBackend>(
         &self,
-        start: usize,
-        t: usize,
+        positions: &[usize],
         head_dim: usize,
         heads: &[usize],
         device: &B::Device,
     ) -> RopeAngles<B> {
         let half = self.n_rot / 2;
+        let t = positions.len();
         // Per position and output dim j: out[j] = x[j]·c[j] + x[src(j)]·s[j], with src the partner of
         // j in its rotation pair and s carrying the sign; dims past n_rot pass through (c = 1, s = 0).
         let mut c = vec![1.0f32; t * head_dim];
@@ -78,7 +79,7 @@ impl Rope {
         let freqs: Vec<f64> = (0..half)
             .map(|i| self.theta.powf(-2.0 * i as f64 / self.n_rot as f64))
             .collect();
-        for (pi, p) in (start..start + t).enumerate() {
+        for (pi, &p) in positions.iter().enumerate() {
             let p = p as f64 / self.linear_scale;
             for (i, &freq) in freqs.iter().enumerate() {
                 let (sn, cs) = (p * freq).sin_cos();
@@ -190,8 +191,19 @@ pub fn final_logits<B: InferenceBackend>(
     embed: &Embedding<B>,
 ) -> Tensor<B, 3> {
     let [b, t, d] = x.dims();
-    let n = logits.count(t);
-    let x = if n == t { x } else { x.narrow(1, t - n, n) };
+    let x = match &logits {
+        Logits::Rows(rows) => {
+            let ids: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
+            let idx =
+                Tensor::<B, 1, Int>::from_data(TensorData::new(ids, [rows.len()]), &x.device());
+            x.select(1, idx)
+        }
+        _ => {
+            let n = logits.count(t);
+            if n == t { x } else { x.narrow(1, t - n, n) }
+        }
+    };
+    let n = x.dims()[1];
     let x = norm.forward(x).reshape([b * n, d]);
     let vocab = embed.vocab_size();
     head.forward(x, embed).reshape([b, n, vocab])

@@ -1,0 +1,657 @@
+//! Attention: the generic Burn-ops version every backend runs, and the paged-KV extension of
+//! [`crate::InferenceBackend`].
+//!
+//! Paged attention (Kwon et al., 2023, "Efficient Memory Management for Large Language Model Serving
+//! with PagedAttention"): K/V live in fixed-size blocks of a per-layer store allocated once; a sequence
+//! reaches its tokens through a block table. A forward runs a *ragged* batch: the new tokens of every
+//! scheduled sequence are concatenated along the time axis (`[1, heads, T, head_dim]`, no padding) and
+//! [`PagedBatch`] says which rows belong to which sequence and where its cached tokens are.
+//!
+//! - CPU backends (flex, ndarray) keep the store in host memory ([`HostKv`]) and run a direct kernel:
+//!   one query row at a time, keys in position order, a fixed summation order. The result for a query
+//!   therefore does not depend on what else is in the batch, how the prompt was chunked, or whether
+//!   the sequence was recomputed after preemption — the property batched serving needs to give each
+//!   request exactly the tokens it would get alone.
+//! - Other backends use the generic fallback ([`DenseKv`]): the store is a Burn tensor `[slots, kvh·hd]`,
+//!   writes are `slice_assign`s of contiguous runs, reads gather a sequence's slots and run
+//!   [`attention`].
+
+use burn::tensor::{Int, Tensor, TensorData, activation::softmax, backend::Backend};
+use rayon::prelude::*;
+
+use crate::BackendError;
+
+/// Per-layer attention settings a model passes with each call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionParams {
+    /// Multiplier on `q·k` (usually `1/sqrt(head_dim)`).
+    pub scale: f32,
+    /// Sliding window: a query at position `p` sees keys at positions `> p - window` only.
+    pub sliding_window: Option<usize>,
+    /// Soft-capping of attention logits (`cap * tanh(x / cap)`), as Gemma 2 uses.
+    pub softcap: Option<f32>,
+}
+
+impl AttentionParams {
+    /// The first key position a query at `pos` sees.
+    pub fn first_visible(&self, pos: usize) -> usize {
+        self.sliding_window
+            .map_or(0, |w| (pos + 1).saturating_sub(w))
+    }
+}
+
+/// One sequence's part of a ragged batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeqSlice {
+    /// Its first row in the batch's time axis.
+    pub q_start: usize,
+    /// How many new tokens it has in this forward.
+    pub q_len: usize,
+    /// Tokens already in the cache: the new ones sit at positions `past .. past + q_len`.
+    pub past: usize,
+    /// Its block table: position `p` lives in block `blocks[p / block_size]`, slot `p % block_size`.
+    /// Must cover `past + q_len` positions.
+    pub blocks: Vec<u32>,
+}
+
+/// The layout of one forward over several sequences.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PagedBatch {
+    /// Tokens per block.
+    pub block_size: usize,
+    /// The sequences, in row order.
+    pub seqs: Vec<SeqSlice>,
+}
+
+impl PagedBatch {
+    /// Total new tokens (rows of the time axis).
+    pub fn rows(&self) -> usize {
+        self.seqs.iter().map(|s| s.q_len).sum()
+    }
+
+    /// The position of every row, in row order.
+    pub fn positions(&self) -> Vec<usize> {
+        self.seqs
+            .iter()
+            .flat_map(|s| s.past..s.past + s.q_len)
+            .collect()
+    }
+
+    /// The store slot (`block · block_size + offset`) holding position `pos` of sequence `s`.
+    pub fn slot(&self, s: &SeqSlice, pos: usize) -> usize {
+        s.blocks[pos / self.block_size] as usize * self.block_size + pos % self.block_size
+    }
+
+    /// Checks the rows are consecutive and every table covers its positions and stays inside a store
+    /// of `num_blocks` blocks. Called before any write: a bad layout is a scheduler bug.
+    pub fn validate(&self, t: usize, num_blocks: usize) -> Result<(), BackendError> {
+        let bad = |reason: String| Err(BackendError::Layout(reason));
+        if self.block_size == 0 {
+            return bad("block size 0".into());
+        }
+        let mut row = 0;
+        for (i, s) in self.seqs.iter().enumerate() {
+            if s.q_start != row {
+                return bad(format!(
+                    "sequence {i} starts at row {} not {row}",
+                    s.q_start
+                ));
+            }
+            row += s.q_len;
+            let need = (s.past + s.q_len).div_ceil(self.block_size);
+            if s.blocks.len() < need {
+                return bad(format!(
+                    "sequence {i}: {} blocks for {} positions",
+                    s.blocks.len(),
+                    s.past + s.q_len
+                ));
+            }
+            if let Some(b) = s.blocks.iter().find(|&&b| b as usize >= num_blocks) {
+                return bad(format!(
+                    "sequence {i}: block {b} of a {num_blocks}-block store"
+                ));
+            }
+        }
+        if row != t {
+            return bad(format!("layout covers {row} rows, the batch has {t}"));
+        }
+        Ok(())
+    }
+}
+
+/// Causal grouped-query attention in plain Burn ops (the generic fallback every backend can run).
+///
+/// `q` `[b, h, t, d]`; `k`, `v` `[b, kvh, past + t, d]`; the `t` queries sit at positions
+/// `past .. past + t`. Returns `[b, h, t, d]`.
+pub fn attention<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    past: usize,
+    params: &AttentionParams,
+) -> Tensor<B, 4> {
+    let [b, h, t, _] = q.dims();
+    let [_, kvh, total, _] = k.dims();
+    let mask = causal_mask::<B>(
+        ([b, kvh, (h / kvh) * t, total], past, params.sliding_window),
+        &q.device(),
+    );
+    attention_masked(q, k, v, mask, params)
+}
+
+/// [`attention`] with its additive mask already built (see [`causal_mask`]).
+pub fn attention_masked<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    mask: Option<Tensor<B, 4>>,
+    params: &AttentionParams,
+) -> Tensor<B, 4> {
+    let [b, h, t, d] = q.dims();
+    let [_, kvh, _, _] = k.dims();
+    let group = h / kvh;
+    // Grouped-query attention without copying K/V: the `group` query heads that share a KV head are
+    // stacked along the query axis, [b, h, t, d] -> [b, kvh, group·t, d] (heads are ordered
+    // kv_head·group + g, so this is a plain reshape), and each KV head is used as it is stored.
+    let q = q.reshape([b, kvh, group * t, d]);
+    // scores: [b, kvh, group·t, T]
+    let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(params.scale);
+    if let Some(cap) = params.softcap {
+        scores = scores.div_scalar(cap).tanh().mul_scalar(cap);
+    }
+    if let Some(mask) = mask {
+        // Same shape as the scores: a broadcasting add would take the backends' slow strided path.
+        scores = scores + mask;
+    }
+    // [b, kvh, group·t, d] -> [b, h, t, d]
+    softmax(scores, 3).matmul(v).reshape([b, h, t, d])
+}
+
+/// What a mask depends on: `[b, kvh, group·t, total]` shape, the first query's position, the window.
+pub type MaskKey = ([usize; 4], usize, Option<usize>);
+
+/// The additive causal (and sliding-window) mask `[b, kvh, group·t, total]` for queries at
+/// `past .. past + t`: 0 where visible, a large negative where not; `None` when every query sees every
+/// key (single-token decode without a window in reach).
+pub fn causal_mask<B: Backend>(key: MaskKey, device: &B::Device) -> Option<Tensor<B, 4>> {
+    let ([b, kvh, rows, total], past, window) = key;
+    let t = total - past;
+    let window_bites = window.is_some_and(|w| past + t > w);
+    if t == 1 && !window_bites {
+        return None;
+    }
+    // A finite value rather than -inf: some GPU softmax kernels turn (-inf) - (-inf) into NaN.
+    const HIDDEN: f32 = -1.0e30;
+    let mut one = vec![0.0f32; t * total];
+    for i in 0..t {
+        let pos = past + i;
+        for (j, slot) in one[i * total..(i + 1) * total].iter_mut().enumerate() {
+            let future = j > pos;
+            let outside = window.is_some_and(|w| pos >= w && j <= pos - w);
+            if future || outside {
+                *slot = HIDDEN;
+            }
+        }
+    }
+    // Repeated over batch, KV heads and the query heads of a group (rows = group·t).
+    let copies = b * kvh * (rows / t);
+    let mut full = Vec::with_capacity(copies * one.len());
+    for _ in 0..copies {
+        full.extend_from_slice(&one);
+    }
+    Some(Tensor::from_data(
+        TensorData::new(full, [b, kvh, rows, total]),
+        device,
+    ))
+}
+
+/// Shape of one layer's paged store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvShape {
+    /// blocks in the store
+    pub blocks: usize,
+    /// tokens per block
+    pub block_size: usize,
+    /// key/value heads
+    pub kv_heads: usize,
+    /// per-head width
+    pub head_dim: usize,
+}
+
+impl KvShape {
+    /// f32 values in one of K or V.
+    pub fn values(&self) -> usize {
+        self.blocks * self.block_size * self.kv_heads * self.head_dim
+    }
+
+    /// Bytes of K and V together (f32).
+    pub fn bytes(&self) -> usize {
+        2 * 4 * self.values()
+    }
+}
+
+/// One layer's paged K/V in host memory, layout `[block, kv_head, slot, head_dim]` so that a head's
+/// keys inside a block are contiguous.
+#[derive(Debug)]
+pub struct HostKv<D> {
+    shape: KvShape,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    device: D,
+}
+
+impl<D> HostKv<D> {
+    fn offset(&self, block: usize, head: usize, slot: usize) -> usize {
+        let s = &self.shape;
+        ((block * s.kv_heads + head) * s.block_size + slot) * s.head_dim
+    }
+}
+
+/// One layer's paged K/V as Burn tensors `[blocks · block_size, kv_heads · head_dim]` (the fallback).
+#[derive(Debug)]
+#[allow(dead_code)] // read only by the fallback, which CPU-only builds compile but do not use
+pub struct DenseKv<B: Backend> {
+    shape: KvShape,
+    k: Tensor<B, 2>,
+    v: Tensor<B, 2>,
+}
+
+fn check_alloc(shape: &KvShape) -> Result<(), BackendError> {
+    if shape.blocks == 0 || shape.block_size == 0 || shape.kv_heads == 0 || shape.head_dim == 0 {
+        return Err(BackendError::Layout(format!("empty KV store {shape:?}")));
+    }
+    Ok(())
+}
+
+/// Allocates a host store. `vec![0.0; n]` is a zeroed allocation: the pages are the kernel's until
+/// first written, so the budget is reserved up front without being touched.
+pub(crate) fn host_kv_alloc<D: Clone>(
+    shape: KvShape,
+    device: &D,
+) -> Result<HostKv<D>, BackendError> {
+    check_alloc(&shape)?;
+    let n = shape.values();
+    let alloc = |what: &str| -> Result<Vec<f32>, BackendError> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(n).map_err(|e| {
+            BackendError::Layout(format!("cannot allocate the {what} store ({n} f32): {e}"))
+        })?;
+        v.resize(n, 0.0);
+        Ok(v)
+    };
+    Ok(HostKv {
+        shape,
+        k: alloc("K")?,
+        v: alloc("V")?,
+        device: device.clone(),
+    })
+}
+
+pub(crate) fn host_kv_copy_block<D>(kv: &mut HostKv<D>, src: u32, dst: u32) {
+    let len = kv.shape.kv_heads * kv.shape.block_size * kv.shape.head_dim;
+    let (s, d) = (src as usize * len, dst as usize * len);
+    kv.k.copy_within(s..s + len, d);
+    kv.v.copy_within(s..s + len, d);
+}
+
+fn host_values<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f32> {
+    x.into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .unwrap_or_default()
+}
+
+/// `q·k` over one head, in 8 independent lanes summed in a fixed order: vectorizes, and the result
+/// does not depend on anything but the two rows.
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut tail = 0.0f32;
+    for (x, y) in ra.iter().zip(rb) {
+        tail += x * y;
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
+/// The CPU paged-attention kernel. `q` `[1, h, T, hd]`, `k`/`v` `[1, kvh, T, hd]` (the batch's new
+/// tokens, written into the store first); returns `[1, h, T, hd]`.
+pub(crate) fn host_paged_attention<B: Backend>(
+    kv: &mut HostKv<B::Device>,
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    batch: &PagedBatch,
+    params: &AttentionParams,
+) -> Tensor<B, 4> {
+    let [_, h, t, hd] = q.dims();
+    let kvh = kv.shape.kv_heads;
+    assert_eq!(hd, kv.shape.head_dim, "paged attention: head_dim");
+    assert_eq!(k.dims()[1], kvh, "paged attention: kv heads");
+    if let Err(e) = batch.validate(t, kv.shape.blocks) {
+        panic!("paged attention: {e}");
+    }
+    let (qs, ks, vs) = (host_values(q), host_values(k), host_values(v));
+    // 1. Store the new K/V rows: new row r of head g is at [g][r][..] in ks/vs.
+    for s in &batch.seqs {
+        for i in 0..s.q_len {
+            let pos = s.past + i;
+            let (blk, slot) = (
+                s.blocks[pos / batch.block_size] as usize,
+                pos % batch.block_size,
+            );
+            for g in 0..kvh {
+                let src = (g * t + s.q_start + i) * hd;
+                let dst = kv.offset(blk, g, slot);
+                kv.k[dst..dst + hd].copy_from_slice(&ks[src..src + hd]);
+                kv.v[dst..dst + hd].copy_from_slice(&vs[src..src + hd]);
+            }
+        }
+    }
+    // 2. Attend: one task per query head; each walks its rows in order.
+    let group = h / kvh;
+    let kv = &*kv;
+    let mut out = vec![0.0f32; h * t * hd];
+    out.par_chunks_mut(t * hd)
+        .enumerate()
+        .for_each(|(head, out_h)| {
+            let g = head / group;
+            let mut scores = Vec::new();
+            for s in &batch.seqs {
+                for i in 0..s.q_len {
+                    let row = s.q_start + i;
+                    let pos = s.past + i;
+                    let qr = &qs[(head * t + row) * hd..(head * t + row + 1) * hd];
+                    let lo = params.first_visible(pos);
+                    scores.clear();
+                    let mut max = f32::NEG_INFINITY;
+                    for j in lo..=pos {
+                        let o = kv.offset(
+                            s.blocks[j / batch.block_size] as usize,
+                            g,
+                            j % batch.block_size,
+                        );
+                        let mut x = dot(qr, &kv.k[o..o + hd]) * params.scale;
+                        if let Some(cap) = params.softcap {
+                            x = (x / cap).tanh() * cap;
+                        }
+                        max = max.max(x);
+                        scores.push(x);
+                    }
+                    let mut sum = 0.0f32;
+                    for x in scores.iter_mut() {
+                        *x = (*x - max).exp();
+                        sum += *x;
+                    }
+                    let inv = 1.0 / sum;
+                    let o_row = &mut out_h[row * hd..(row + 1) * hd];
+                    o_row.fill(0.0);
+                    for (j, &p) in (lo..=pos).zip(scores.iter()) {
+                        let o = kv.offset(
+                            s.blocks[j / batch.block_size] as usize,
+                            g,
+                            j % batch.block_size,
+                        );
+                        let p = p * inv;
+                        for (acc, &vv) in o_row.iter_mut().zip(&kv.v[o..o + hd]) {
+                            *acc += p * vv;
+                        }
+                    }
+                }
+            }
+        });
+    Tensor::from_data(TensorData::new(out, [1, h, t, hd]), &kv.device)
+}
+
+/// Allocates a fallback store (zeros, on the device).
+pub fn dense_kv_alloc<B: Backend>(
+    shape: KvShape,
+    device: &B::Device,
+) -> Result<DenseKv<B>, BackendError> {
+    check_alloc(&shape)?;
+    let dims = [
+        shape.blocks * shape.block_size,
+        shape.kv_heads * shape.head_dim,
+    ];
+    Ok(DenseKv {
+        shape,
+        k: Tensor::zeros(dims, device),
+        v: Tensor::zeros(dims, device),
+    })
+}
+
+/// Copies one block of a fallback store.
+pub fn dense_kv_copy_block<B: Backend>(kv: &mut DenseKv<B>, src: u32, dst: u32) {
+    let bs = kv.shape.block_size;
+    let (s, d) = (src as usize * bs, dst as usize * bs);
+    let w = kv.shape.kv_heads * kv.shape.head_dim;
+    for t in [&mut kv.k, &mut kv.v] {
+        let rows = t.clone().slice([s..s + bs, 0..w]);
+        let taken = std::mem::replace(t, Tensor::empty([0, 0], &rows.device()));
+        *t = taken.slice_assign([d..d + bs, 0..w], rows);
+    }
+}
+
+/// The generic paged attention (any backend): scatter the new rows by contiguous runs, gather each sequence's
+/// slots, run [`attention`] per sequence.
+pub fn dense_paged_attention<B: Backend>(
+    kv: &mut DenseKv<B>,
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    batch: &PagedBatch,
+    params: &AttentionParams,
+) -> Tensor<B, 4> {
+    let [_, _, t, hd] = q.dims();
+    let kvh = kv.shape.kv_heads;
+    if let Err(e) = batch.validate(t, kv.shape.blocks) {
+        panic!("paged attention: {e}");
+    }
+    let w = kvh * hd;
+    let device = q.device();
+    // [1, kvh, T, hd] -> [T, kvh·hd]: one row per token, as the store holds them.
+    let k_rows: Tensor<B, 2> = k.swap_dims(1, 2).reshape([t, w]);
+    let v_rows: Tensor<B, 2> = v.swap_dims(1, 2).reshape([t, w]);
+    for s in &batch.seqs {
+        let mut i = 0;
+        while i < s.q_len {
+            // A run of positions inside one block maps to consecutive slots.
+            let pos = s.past + i;
+            let run = (batch.block_size - pos % batch.block_size).min(s.q_len - i);
+            let slot = batch.slot(s, pos);
+            let rows = s.q_start + i..s.q_start + i + run;
+            for (store, src) in [(&mut kv.k, &k_rows), (&mut kv.v, &v_rows)] {
+                let taken = std::mem::replace(store, Tensor::empty([0, 0], &device));
+                *store = taken.slice_assign(
+                    [slot..slot + run, 0..w],
+                    src.clone().slice([rows.clone(), 0..w]),
+                );
+            }
+            i += run;
+        }
+    }
+    let mut outs = Vec::with_capacity(batch.seqs.len());
+    for s in &batch.seqs {
+        let total = s.past + s.q_len;
+        let slots: Vec<i32> = (0..total).map(|p| batch.slot(s, p) as i32).collect();
+        let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(slots, [total]), &device);
+        let gather = |store: &Tensor<B, 2>| -> Tensor<B, 4> {
+            store
+                .clone()
+                .select(0, idx.clone())
+                .reshape([1, total, kvh, hd])
+                .swap_dims(1, 2)
+        };
+        let qs = q.clone().narrow(2, s.q_start, s.q_len);
+        outs.push(attention(qs, gather(&kv.k), gather(&kv.v), s.past, params));
+    }
+    Tensor::cat(outs, 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_errors_are_named() {
+        let b = PagedBatch {
+            block_size: 4,
+            seqs: vec![SeqSlice {
+                q_start: 0,
+                q_len: 3,
+                past: 2,
+                blocks: vec![0],
+            }],
+        };
+        let e = b.validate(3, 8).unwrap_err().to_string();
+        assert!(e.contains("1 blocks for 5 positions"), "{e}");
+        let b2 = PagedBatch {
+            block_size: 4,
+            seqs: vec![SeqSlice {
+                q_start: 0,
+                q_len: 3,
+                past: 2,
+                blocks: vec![0, 9],
+            }],
+        };
+        assert!(
+            b2.validate(3, 8)
+                .unwrap_err()
+                .to_string()
+                .contains("block 9")
+        );
+        assert!(
+            b2.validate(4, 16)
+                .unwrap_err()
+                .to_string()
+                .contains("3 rows")
+        );
+        assert_eq!(b2.positions(), vec![2, 3, 4]);
+    }
+
+    /// The CPU kernel and the generic fallback agree on a ragged batch (decode rows, a prefill chunk
+    /// continuing a cached prefix, a sliding window, GQA), and both equal plain causal attention on
+    /// each sequence's contiguous K/V.
+    #[cfg(feature = "flex")]
+    #[test]
+    fn host_kernel_and_fallback_agree_with_contiguous_attention() {
+        type B = crate::types::Flex;
+        let dev: burn::tensor::Device<B> = Default::default();
+        let (h, kvh, hd, bs) = (4usize, 2usize, 16usize, 4usize);
+        // (past, new) per sequence; block tables deliberately out of order.
+        let shape = KvShape {
+            blocks: 16,
+            block_size: bs,
+            kv_heads: kvh,
+            head_dim: hd,
+        };
+        let tables: Vec<Vec<u32>> = vec![vec![3, 0, 7], vec![5, 1], vec![2, 9, 4, 6]];
+        let lens = [(0usize, 9usize), (0, 5), (0, 14)];
+        let val = |i: usize| ((i * 7919 % 1000) as f32 / 500.0) - 1.0;
+        for window in [None, Some(5)] {
+            let params = AttentionParams {
+                scale: 0.25,
+                sliding_window: window,
+                softcap: None,
+            };
+            let mut host = host_kv_alloc(shape, &dev).unwrap();
+            let mut dense = dense_kv_alloc::<B>(shape, &dev).unwrap();
+            // Two steps: the full prompts minus their last 2 tokens, then those 2 (a continuation).
+            let mut outs_host = Vec::new();
+            let mut outs_dense = Vec::new();
+            let mut full: Vec<(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>)> = Vec::new();
+            for (si, &(_, n)) in lens.iter().enumerate() {
+                let mk = |heads: usize, salt: usize| {
+                    let v: Vec<f32> = (0..heads * n * hd)
+                        .map(|i| val(i + salt + 1000 * si))
+                        .collect();
+                    Tensor::<B, 4>::from_data(TensorData::new(v, [1, heads, n, hd]), &dev)
+                };
+                full.push((mk(h, 1), mk(kvh, 2), mk(kvh, 3)));
+            }
+            for (lo, hi) in [(0usize, 2usize), (2, 0)] {
+                let mut seqs = Vec::new();
+                let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
+                let mut row = 0;
+                for (si, &(_, n)) in lens.iter().enumerate() {
+                    let (past, len) = if hi == 2 { (0, n - 2) } else { (n - 2, 2) };
+                    let _ = lo;
+                    seqs.push(SeqSlice {
+                        q_start: row,
+                        q_len: len,
+                        past,
+                        blocks: tables[si].clone(),
+                    });
+                    row += len;
+                    qs.push(full[si].0.clone().narrow(2, past, len));
+                    ks.push(full[si].1.clone().narrow(2, past, len));
+                    vs.push(full[si].2.clone().narrow(2, past, len));
+                }
+                let batch = PagedBatch {
+                    block_size: bs,
+                    seqs,
+                };
+                let (q, k, v) = (Tensor::cat(qs, 2), Tensor::cat(ks, 2), Tensor::cat(vs, 2));
+                outs_host.push(host_paged_attention::<B>(
+                    &mut host,
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    &batch,
+                    &params,
+                ));
+                outs_dense.push(dense_paged_attention::<B>(
+                    &mut dense, q, k, v, &batch, &params,
+                ));
+            }
+            // Reference: each sequence alone, contiguous.
+            let mut row = [0usize; 2];
+            for (si, &(_, n)) in lens.iter().enumerate() {
+                let (q, k, v) = full[si].clone();
+                let want = attention(q, k, v, 0, &params);
+                for (step, (past, len)) in [(0, n - 2), (n - 2, 2)].into_iter().enumerate() {
+                    let want = want
+                        .clone()
+                        .narrow(2, past, len)
+                        .into_data()
+                        .to_vec::<f32>()
+                        .unwrap();
+                    for got in [&outs_host[step], &outs_dense[step]] {
+                        let got = got
+                            .clone()
+                            .narrow(2, row[step], len)
+                            .into_data()
+                            .to_vec::<f32>()
+                            .unwrap();
+                        for (a, b) in got.iter().zip(&want) {
+                            assert!(
+                                (a - b).abs() < 1e-5,
+                                "window {window:?} seq {si} step {step}: {a} vs {b}"
+                            );
+                        }
+                    }
+                    row[step] += len;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn window_start() {
+        let p = AttentionParams {
+            scale: 1.0,
+            sliding_window: Some(4),
+            softcap: None,
+        };
+        assert_eq!(p.first_visible(2), 0);
+        assert_eq!(p.first_visible(3), 0);
+        assert_eq!(p.first_visible(4), 1);
+        assert_eq!(p.first_visible(10), 7);
+    }
+}

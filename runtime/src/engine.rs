@@ -1,0 +1,815 @@
+//! The engine: continuous batching over a paged KV cache.
+//!
+//! [`EngineCore`] owns the cache, the [`Scheduler`] and the per-request state and runs one step at a
+//! time: schedule → one forward over every scheduled token of every sequence (a ragged batch) →
+//! sample each sequence that finished its tokens → stream its text. [`Engine`] runs a core on a
+//! dedicated thread; [`EngineHandle::submit`] queues a request (refused at once with
+//! [`RuntimeError::QueueFull`] when the waiting queue is full) and returns an [`EventStream`].
+//! Dropping the stream cancels the request: its blocks are freed at the start of the next step.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use burn::tensor::{Int, Tensor, TensorData};
+use cinder_backends::InferenceBackend;
+use cinder_backends::attention::{PagedBatch, SeqSlice};
+use serde::Serialize;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use crate::error::{Result, RuntimeError};
+use crate::generate::{FinishReason, StopMatcher, logits_to_vec};
+use crate::kv::{BlockManager, KvBudget, PagedKvCache, SeqId};
+use crate::model::{CausalLm, Logits};
+use crate::sampler::{Sampler, SamplingParams};
+use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
+use crate::tokenizer::{Detokenizer, Tokenizer};
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Step limits (tokens per forward, running sequences).
+    pub scheduler: SchedulerConfig,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// KV memory; `None` derives it from the model and the free memory ([`default_kv_budget`]).
+    pub kv_budget: Option<KvBudget>,
+    /// Requests that may wait for admission; one more is refused with `QueueFull`.
+    pub max_waiting: usize,
+    /// Deadline for requests that set none.
+    pub default_timeout: Option<Duration>,
+    /// Reuse cached KV blocks of identical prompt prefixes.
+    pub prefix_caching: bool,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            scheduler: SchedulerConfig::default(),
+            block_size: 16,
+            kv_budget: None,
+            max_waiting: 64,
+            default_timeout: Some(Duration::from_secs(600)),
+            prefix_caching: true,
+        }
+    }
+}
+
+/// The default KV budget: room for `max_seqs` full contexts, but at most a quarter of the memory
+/// available now and at most 1 GiB.
+pub fn default_kv_budget(
+    bytes_per_token: u64,
+    context: usize,
+    max_seqs: usize,
+    available: Option<u64>,
+) -> KvBudget {
+    let want = bytes_per_token * (context * max_seqs) as u64;
+    let cap = available.map_or(1 << 30, |a| (a / 4).min(1 << 30));
+    KvBudget::Bytes(want.min(cap).max(bytes_per_token * 1024))
+}
+
+/// What to generate for one request.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Prompt token ids (BOS included if the model wants one).
+    pub prompt: Vec<u32>,
+    /// Most new tokens (at least 1).
+    pub max_tokens: usize,
+    /// Sampling settings.
+    pub sampling: SamplingParams,
+    /// Generation ends when the text contains one of these (not emitted).
+    pub stop_strings: Vec<String>,
+    /// End at the model's end-of-generation tokens.
+    pub stop_on_eos: bool,
+    /// Ends the request with [`FinishReason::Timeout`] this long after submission (`None`: the
+    /// engine's default).
+    pub timeout: Option<Duration>,
+}
+
+impl Request {
+    /// A greedy request for `max_tokens` tokens.
+    pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Self {
+        Self {
+            prompt,
+            max_tokens,
+            sampling: SamplingParams::greedy(),
+            stop_strings: Vec::new(),
+            stop_on_eos: true,
+            timeout: None,
+        }
+    }
+}
+
+/// Token counts of a finished request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// prompt tokens
+    pub prompt_tokens: usize,
+    /// generated tokens
+    pub completion_tokens: usize,
+    /// prompt tokens served from the prefix cache
+    pub cached_tokens: usize,
+}
+
+/// One thing that happened to a request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A generated token and the text it completes (empty while bytes or a possible stop string
+    /// are held back).
+    Token {
+        /// token id
+        id: u32,
+        /// new text
+        text: String,
+    },
+    /// The end. `text` is what was still held back.
+    Finished {
+        /// why it ended
+        reason: FinishReason,
+        /// remaining text
+        text: String,
+        /// token counts
+        usage: Usage,
+    },
+}
+
+/// The events of one request. Dropping it cancels the request.
+#[derive(Debug)]
+pub struct EventStream {
+    id: SeqId,
+    rx: UnboundedReceiver<Event>,
+}
+
+impl EventStream {
+    /// The request's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The next event (`None` after `Finished`).
+    pub async fn next(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+
+    /// The next event, blocking the thread (not for async contexts).
+    pub fn blocking_next(&mut self) -> Option<Event> {
+        self.rx.blocking_recv()
+    }
+
+    /// The next event if one is ready.
+    pub fn try_next(&mut self) -> Option<Event> {
+        self.rx.try_recv().ok()
+    }
+
+    /// The underlying receiver (to adapt into other stream types).
+    pub fn into_receiver(self) -> UnboundedReceiver<Event> {
+        self.rx
+    }
+}
+
+/// What the engine is doing (cheap to read; updated every step).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EngineStats {
+    /// requests waiting for admission (new and preempted)
+    pub waiting: usize,
+    /// sequences running
+    pub running: usize,
+    /// KV blocks in the pool
+    pub kv_blocks_total: usize,
+    /// KV blocks owned by sequences
+    pub kv_blocks_used: usize,
+    /// KV blocks holding a cached prefix (owned or free)
+    pub kv_blocks_cached: usize,
+    /// tokens per block
+    pub block_size: usize,
+    /// bytes the KV store holds
+    pub kv_bytes: usize,
+    /// prompt tokens looked up in the prefix cache
+    pub prefix_queried_tokens: u64,
+    /// of those, found cached
+    pub prefix_hit_tokens: u64,
+    /// preemptions so far
+    pub preemptions: u64,
+    /// forwards run
+    pub steps: u64,
+    /// prompt tokens computed (cached ones excluded, recomputation included)
+    pub prompt_tokens_computed: u64,
+    /// tokens generated
+    pub generated_tokens: u64,
+    /// requests finished, by any reason
+    pub finished: u64,
+}
+
+struct Live {
+    tx: UnboundedSender<Event>,
+    sampler: Sampler,
+    detok: Detokenizer,
+    stops: StopMatcher,
+    history: Vec<u32>,
+    generated: usize,
+    max_tokens: usize,
+    stop_on_eos: bool,
+    deadline: Option<Instant>,
+    prompt_len: usize,
+    admitted: bool,
+}
+
+/// Hooks the threaded engine gives a core: counts of not-yet-admitted requests.
+#[derive(Debug, Default)]
+struct Counters {
+    waiting: AtomicUsize,
+}
+
+/// One engine's state, stepped by its owner (a thread, or a caller that wants one request
+/// synchronously, like [`crate::generate::generate`]).
+pub struct EngineCore<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> {
+    model: &'m M,
+    tok: &'m Tokenizer,
+    cache: PagedKvCache<B>,
+    sched: Scheduler,
+    live: HashMap<SeqId, Live>,
+    cfg: EngineConfig,
+    counters: Arc<Counters>,
+    stats: EngineStats,
+    next_id: SeqId,
+}
+
+impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
+    /// Allocates the KV cache for `model` and an empty scheduler.
+    pub fn new(model: &'m M, tok: &'m Tokenizer, cfg: EngineConfig) -> Result<Self> {
+        Self::with_counters(model, tok, cfg, Arc::default())
+    }
+
+    fn with_counters(
+        model: &'m M,
+        tok: &'m Tokenizer,
+        cfg: EngineConfig,
+        counters: Arc<Counters>,
+    ) -> Result<Self> {
+        let blocks = kv_blocks(model, &cfg)?;
+        let (kvh, hd) = model.kv_dims();
+        let layers = model.n_layers();
+        let cache =
+            PagedKvCache::<B>::new(layers, kvh, hd, blocks, cfg.block_size, &model.device())?;
+        tracing::info!(
+            blocks,
+            block_size = cfg.block_size,
+            tokens = blocks * cfg.block_size,
+            mib = cache.bytes() >> 20,
+            "KV cache allocated"
+        );
+        let sched = Scheduler::new(
+            cfg.scheduler,
+            BlockManager::new(blocks, cfg.block_size, cfg.prefix_caching),
+        );
+        let mut core = Self {
+            model,
+            tok,
+            cache,
+            sched,
+            live: HashMap::new(),
+            cfg,
+            counters,
+            stats: EngineStats::default(),
+            next_id: 0,
+        };
+        core.refresh_stats();
+        Ok(core)
+    }
+
+    /// Most tokens (prompt + generated) one request can have.
+    pub fn max_request_tokens(&self) -> usize {
+        self.sched
+            .capacity_tokens()
+            .min(self.model.context_length())
+    }
+
+    /// Checks a request against the model and the cache; the reason names the field.
+    pub fn validate(&self, r: &Request) -> Result<()> {
+        validate_request(r, self.model.vocab_size(), self.max_request_tokens())
+    }
+
+    /// Queues a request (validated) and returns its event stream.
+    pub fn add(&mut self, r: Request) -> Result<EventStream> {
+        self.validate(&r)?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let (tx, rx) = unbounded_channel();
+        self.counters.waiting.fetch_add(1, Ordering::SeqCst);
+        self.insert(id, r, tx, Instant::now())?;
+        Ok(EventStream { id, rx })
+    }
+
+    fn insert(
+        &mut self,
+        id: SeqId,
+        r: Request,
+        tx: UnboundedSender<Event>,
+        submitted: Instant,
+    ) -> Result<()> {
+        let sampler = Sampler::new(r.sampling)?;
+        let timeout = r.timeout.or(self.cfg.default_timeout);
+        self.live.insert(
+            id,
+            Live {
+                tx,
+                sampler,
+                detok: Detokenizer::new(&r.prompt),
+                stops: StopMatcher::new(&r.stop_strings),
+                history: r.prompt.clone(),
+                generated: 0,
+                max_tokens: r.max_tokens,
+                stop_on_eos: r.stop_on_eos,
+                deadline: timeout.map(|t| submitted + t),
+                prompt_len: r.prompt.len(),
+                admitted: false,
+            },
+        );
+        self.sched.add(id, r.prompt);
+        Ok(())
+    }
+
+    /// Requests not finished yet.
+    pub fn num_live(&self) -> usize {
+        self.live.len()
+    }
+
+    /// The current figures.
+    pub fn stats(&self) -> &EngineStats {
+        &self.stats
+    }
+
+    /// Ends requests whose stream was dropped or whose deadline passed.
+    fn reap(&mut self) {
+        let now = Instant::now();
+        let ended: Vec<(SeqId, FinishReason)> = self
+            .live
+            .iter()
+            .filter_map(|(&id, l)| {
+                if l.tx.is_closed() {
+                    Some((id, FinishReason::Cancelled))
+                } else if l.deadline.is_some_and(|d| now >= d) {
+                    Some((id, FinishReason::Timeout))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        for (id, reason) in ended {
+            self.finish(id, reason);
+        }
+    }
+
+    /// Ends a request: final event, blocks freed.
+    fn finish(&mut self, id: SeqId, reason: FinishReason) {
+        let Some(mut l) = self.live.remove(&id) else {
+            return;
+        };
+        if !l.admitted {
+            self.counters.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+        let cached = self.sched.cached_tokens(id);
+        self.sched.finish(id);
+        let mut text = String::new();
+        if reason != FinishReason::Cancelled {
+            // Flush held-back text (a partial stop-string prefix that never completed).
+            let tail = l.detok.flush(self.tok).unwrap_or_default();
+            let (emit, _) = l.stops.feed(&tail);
+            text = emit;
+            if reason != FinishReason::Stop {
+                text.push_str(&l.stops.finish());
+            }
+        }
+        self.stats.finished += 1;
+        let _ = l.tx.send(Event::Finished {
+            reason,
+            text,
+            usage: Usage {
+                prompt_tokens: l.prompt_len,
+                completion_tokens: l.generated,
+                cached_tokens: cached,
+            },
+        });
+    }
+
+    /// Cancels every request (engine shutdown).
+    pub fn cancel_all(&mut self) {
+        let ids: Vec<SeqId> = self.live.keys().copied().collect();
+        for id in ids {
+            self.finish(id, FinishReason::Cancelled);
+        }
+    }
+
+    /// Runs one step; returns the number of tokens in its forward (0: nothing to do).
+    pub fn step(&mut self) -> Result<usize> {
+        self.reap();
+        let plan = self.sched.schedule();
+        for id in &plan.admitted {
+            if let Some(l) = self.live.get_mut(id)
+                && !l.admitted
+            {
+                l.admitted = true;
+                self.counters.waiting.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        if plan.is_empty() {
+            self.refresh_stats();
+            return Ok(0);
+        }
+        let sampled = self.forward(&plan)?;
+        self.sched.update(&plan, &sampled);
+        for s in &plan.seqs {
+            let l = self.live.get(&s.id);
+            if l.is_some_and(|l| l.generated == 0) {
+                self.stats.prompt_tokens_computed += s.tokens.len() as u64;
+            }
+        }
+        for (id, tok) in sampled {
+            self.emit(id, tok);
+        }
+        self.stats.steps += 1;
+        self.refresh_stats();
+        Ok(plan.tokens())
+    }
+
+    /// One forward over the plan; samples the sequences that asked.
+    fn forward(&mut self, plan: &StepPlan) -> Result<Vec<(SeqId, u32)>> {
+        self.cache.copy_blocks(&plan.copies);
+        let mut seqs = Vec::with_capacity(plan.seqs.len());
+        let mut ids: Vec<i32> = Vec::with_capacity(plan.tokens());
+        let mut rows = Vec::new();
+        for s in &plan.seqs {
+            seqs.push(SeqSlice {
+                q_start: ids.len(),
+                q_len: s.tokens.len(),
+                past: s.past,
+                blocks: s.blocks.clone(),
+            });
+            ids.extend(s.tokens.iter().map(|&t| t as i32));
+            if s.sample {
+                rows.push(ids.len() - 1);
+            }
+        }
+        let t = ids.len();
+        self.cache.set_batch(PagedBatch {
+            block_size: self.cache.block_size(),
+            seqs,
+        });
+        let device = self.model.device();
+        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, t]), &device);
+        let n = rows.len();
+        let logits = self
+            .model
+            .forward(tokens, &mut self.cache, Logits::Rows(rows));
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let host = logits_to_vec(logits)?;
+        let vocab = host.len() / n;
+        let mut out = Vec::with_capacity(n);
+        for (k, s) in plan.seqs.iter().filter(|s| s.sample).enumerate() {
+            let Some(l) = self.live.get_mut(&s.id) else {
+                continue;
+            };
+            let tok = l
+                .sampler
+                .sample(&host[k * vocab..(k + 1) * vocab], &l.history)?;
+            out.push((s.id, tok));
+        }
+        Ok(out)
+    }
+
+    /// Streams a sampled token; finishes the request on EOS, a stop string or the length limit.
+    fn emit(&mut self, id: SeqId, tok: u32) {
+        let Some(l) = self.live.get_mut(&id) else {
+            return;
+        };
+        if l.stop_on_eos && self.tok.eot_ids.contains(&tok) {
+            self.finish(id, FinishReason::Eos);
+            return;
+        }
+        l.generated += 1;
+        l.history.push(tok);
+        self.stats.generated_tokens += 1;
+        let piece = match l.detok.push(self.tok, tok) {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(id, "detokenizing token {tok}: {e}");
+                String::new()
+            }
+        };
+        let (text, hit) = l.stops.feed(&piece);
+        let closed = l.tx.send(Event::Token { id: tok, text }).is_err();
+        if closed {
+            self.finish(id, FinishReason::Cancelled);
+        } else if hit {
+            self.finish(id, FinishReason::Stop);
+        } else if l.generated >= l.max_tokens {
+            self.finish(id, FinishReason::Length);
+        }
+    }
+
+    fn refresh_stats(&mut self) {
+        let bm = self.sched.blocks();
+        let p = bm.prefix_stats();
+        let s = &mut self.stats;
+        s.waiting = self.sched.num_waiting();
+        s.running = self.sched.num_running();
+        s.kv_blocks_total = bm.num_blocks();
+        s.kv_blocks_used = bm.num_used();
+        s.kv_blocks_cached = bm.num_cached();
+        s.block_size = bm.block_size();
+        s.kv_bytes = self.cache.bytes();
+        s.prefix_queried_tokens = p.queried_tokens;
+        s.prefix_hit_tokens = p.hit_tokens;
+        s.preemptions = self.sched.preemptions();
+    }
+}
+
+/// KV blocks the engine allocates for `model` under `cfg`.
+fn kv_blocks<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
+    model: &M,
+    cfg: &EngineConfig,
+) -> Result<usize> {
+    if cfg.block_size == 0 || cfg.scheduler.max_batched_tokens == 0 || cfg.scheduler.max_seqs == 0 {
+        return Err(RuntimeError::KvCache(
+            "block_size, max_batched_tokens and max_seqs must be at least 1".into(),
+        ));
+    }
+    let (kvh, hd) = model.kv_dims();
+    let layers = model.n_layers();
+    let per_token = (layers * 2 * kvh * hd * 4) as u64;
+    let budget = cfg.kv_budget.unwrap_or_else(|| {
+        default_kv_budget(
+            per_token,
+            model.context_length(),
+            cfg.scheduler.max_seqs,
+            cinder_backends::host_available_memory(),
+        )
+    });
+    let blocks = budget.blocks(layers, kvh, hd, cfg.block_size);
+    if blocks == 0 {
+        return Err(RuntimeError::KvCache(format!(
+            "a KV budget of {budget:?} holds no block of {} tokens ({per_token} bytes per token)",
+            cfg.block_size
+        )));
+    }
+    Ok(blocks)
+}
+
+/// The request checks shared by the core and the handle.
+fn validate_request(r: &Request, vocab: usize, max_tokens_total: usize) -> Result<()> {
+    let bad = |m: String| Err(RuntimeError::InvalidRequest(m));
+    if r.prompt.is_empty() {
+        return Err(RuntimeError::EmptyPrompt);
+    }
+    if r.max_tokens == 0 {
+        return bad("max_tokens must be at least 1".into());
+    }
+    if let Some(&t) = r.prompt.iter().find(|&&t| t as usize >= vocab) {
+        return bad(format!(
+            "prompt token {t} is outside the vocabulary of {vocab}"
+        ));
+    }
+    if r.prompt.len() + r.max_tokens > max_tokens_total {
+        return Err(RuntimeError::ContextOverflow {
+            prompt: r.prompt.len(),
+            max_new: r.max_tokens,
+            ctx: max_tokens_total,
+        });
+    }
+    r.sampling.validate()
+}
+
+struct Submission {
+    id: SeqId,
+    request: Request,
+    tx: UnboundedSender<Event>,
+    submitted: Instant,
+}
+
+#[derive(Default)]
+struct Inbox {
+    queue: Vec<Submission>,
+}
+
+struct Shared {
+    inbox: Mutex<Inbox>,
+    wake: Condvar,
+    shutdown: AtomicBool,
+    counters: Arc<Counters>,
+    stats: Mutex<EngineStats>,
+    next_id: AtomicU64,
+    max_waiting: usize,
+    vocab: usize,
+    max_request_tokens: usize,
+}
+
+/// A cheap, cloneable handle to a running [`Engine`].
+#[derive(Clone)]
+pub struct EngineHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for EngineHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineHandle")
+            .field("max_waiting", &self.shared.max_waiting)
+            .finish()
+    }
+}
+
+impl EngineHandle {
+    /// Queues a request. Refused at once, without queueing, if it is invalid or if `max_waiting`
+    /// requests are already waiting ([`RuntimeError::QueueFull`]).
+    pub fn submit(&self, request: Request) -> Result<EventStream> {
+        let s = &self.shared;
+        if s.shutdown.load(Ordering::SeqCst) {
+            return Err(RuntimeError::EngineStopped);
+        }
+        validate_request(&request, s.vocab, s.max_request_tokens)?;
+        // Reserve a waiting slot; give it back if over the limit.
+        let before = s.counters.waiting.fetch_add(1, Ordering::SeqCst);
+        if before >= s.max_waiting {
+            s.counters.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(RuntimeError::QueueFull {
+                waiting: before,
+                limit: s.max_waiting,
+            });
+        }
+        let id = s.next_id.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = unbounded_channel();
+        let mut inbox = s.inbox.lock().unwrap_or_else(|p| p.into_inner());
+        inbox.queue.push(Submission {
+            id,
+            request,
+            tx,
+            submitted: Instant::now(),
+        });
+        drop(inbox);
+        s.wake.notify_one();
+        Ok(EventStream { id, rx })
+    }
+
+    /// The latest figures (queue depth, running sequences, KV usage, prefix-cache hits).
+    pub fn stats(&self) -> EngineStats {
+        let mut st = self
+            .shared
+            .stats
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        // Submissions not yet seen by the engine thread count as waiting too.
+        st.waiting = st
+            .waiting
+            .max(self.shared.counters.waiting.load(Ordering::SeqCst));
+        st
+    }
+
+    /// Most tokens (prompt + generated) one request can have.
+    pub fn max_request_tokens(&self) -> usize {
+        self.shared.max_request_tokens
+    }
+
+    /// Whether the waiting queue has room.
+    pub fn has_capacity(&self) -> bool {
+        self.shared.counters.waiting.load(Ordering::SeqCst) < self.shared.max_waiting
+    }
+}
+
+/// An engine running on its own thread. Dropping it stops the thread (live requests end as
+/// cancelled).
+pub struct Engine {
+    handle: EngineHandle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Engine {
+    /// Starts a thread that owns `model` and serves requests submitted through [`Engine::handle`].
+    pub fn start<B, M>(model: M, tok: Arc<Tokenizer>, cfg: EngineConfig) -> Result<Self>
+    where
+        B: InferenceBackend,
+        M: CausalLm<B> + Send + 'static,
+    {
+        let blocks = kv_blocks(&model, &cfg)?;
+        let max_request_tokens = (blocks * cfg.block_size).min(model.context_length());
+        let shared = Arc::new(Shared {
+            inbox: Mutex::new(Inbox::default()),
+            wake: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+            counters: Arc::new(Counters::default()),
+            stats: Mutex::new(EngineStats::default()),
+            next_id: AtomicU64::new(0),
+            max_waiting: cfg.max_waiting,
+            vocab: model.vocab_size(),
+            max_request_tokens,
+        });
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("cinder-engine".into())
+            .spawn(move || {
+                let counters = sh.counters.clone();
+                let mut core = match EngineCore::<B, M>::with_counters(&model, &tok, cfg, counters)
+                {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                *sh.stats.lock().unwrap_or_else(|p| p.into_inner()) = core.stats().clone();
+                let _ = ready_tx.send(Ok(()));
+                run_loop(&mut core, &sh);
+            })
+            .map_err(|e| RuntimeError::KvCache(format!("cannot start the engine thread: {e}")))?;
+        match ready_rx.recv() {
+            Ok(r) => r?,
+            Err(_) => return Err(RuntimeError::EngineStopped),
+        }
+        Ok(Self {
+            handle: EngineHandle { shared },
+            thread: Some(thread),
+        })
+    }
+
+    /// A handle for submitting requests.
+    pub fn handle(&self) -> EngineHandle {
+        self.handle.clone()
+    }
+
+    /// Stops the engine and waits for its thread.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        self.handle.shared.shutdown.store(true, Ordering::SeqCst);
+        self.handle.shared.wake.notify_all();
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            tracing::error!("the engine thread panicked");
+        }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run_loop<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
+    core: &mut EngineCore<'_, B, M>,
+    shared: &Shared,
+) {
+    loop {
+        let new = {
+            let mut inbox = shared.inbox.lock().unwrap_or_else(|p| p.into_inner());
+            // Sleep only when there is nothing at all to do.
+            while inbox.queue.is_empty()
+                && core.num_live() == 0
+                && !shared.shutdown.load(Ordering::SeqCst)
+            {
+                inbox = shared.wake.wait(inbox).unwrap_or_else(|p| p.into_inner());
+            }
+            std::mem::take(&mut inbox.queue)
+        };
+        if shared.shutdown.load(Ordering::SeqCst) {
+            for s in new {
+                shared.counters.waiting.fetch_sub(1, Ordering::SeqCst);
+                let _ = s.tx.send(Event::Finished {
+                    reason: FinishReason::Cancelled,
+                    text: String::new(),
+                    usage: Usage::default(),
+                });
+            }
+            core.cancel_all();
+            return;
+        }
+        for s in new {
+            let id = s.id;
+            if let Err(e) = core.insert(s.id, s.request, s.tx, s.submitted) {
+                // Validated by the handle; a failure here is reported as the request's end.
+                tracing::warn!(id, "request refused by the engine: {e}");
+                shared.counters.waiting.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        let ran = match core.step() {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!("engine step failed: {e}; cancelling live requests");
+                core.cancel_all();
+                0
+            }
+        };
+        *shared.stats.lock().unwrap_or_else(|p| p.into_inner()) = core.stats().clone();
+        if ran == 0 && core.num_live() > 0 {
+            // Live requests but nothing schedulable (cannot happen while a request fits the
+            // cache alone); do not spin.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}

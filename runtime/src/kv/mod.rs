@@ -1,0 +1,7 @@
+//! The paged KV cache: the block manager (integers) and the per-layer stores it indexes (tensors).
+
+pub mod block;
+mod paged;
+
+pub use block::{BlockId, BlockManager, NoSpace, PrefixStats, SeqId};
+pub use paged::{KvBudget, PagedKvCache};
