@@ -130,6 +130,9 @@ pub trait InferenceBackend: Backend {
     /// One layer's paged K/V store (see [`crate::attention`]).
     type KvLayer: fmt::Debug + Send + 'static;
 
+    /// Bytes the store takes per K or V value (sizes the cache from a memory budget).
+    const KV_BYTES_PER_VALUE: usize;
+
     /// Allocates one layer's store, all of it, once.
     fn kv_alloc(shape: KvShape, device: &Self::Device) -> Result<Self::KvLayer, BackendError>;
 
@@ -336,6 +339,7 @@ macro_rules! host_backend {
                 (w.w.n, w.w.k)
             }
             type KvLayer = HostKv<burn::tensor::Device<$t>>;
+            const KV_BYTES_PER_VALUE: usize = 2;
             fn kv_alloc(
                 shape: KvShape,
                 device: &Self::Device,
@@ -382,6 +386,7 @@ macro_rules! dense_backend {
                 (n, k)
             }
             type KvLayer = DenseKv<$t>;
+            const KV_BYTES_PER_VALUE: usize = 4;
             fn kv_alloc(
                 shape: KvShape,
                 device: &Self::Device,

@@ -68,8 +68,8 @@ impl ModelInfo {
 pub struct LoadedModel<B: InferenceBackend> {
     /// the network
     pub model: AnyModel<B>,
-    /// the tokenizer built from the same file
-    pub tokenizer: GgufTokenizer,
+    /// the tokenizer built from the same file (shared with engines)
+    pub tokenizer: std::sync::Arc<GgufTokenizer>,
     /// file facts
     pub info: ModelInfo,
 }
@@ -101,7 +101,7 @@ pub fn load_gguf<B: InferenceBackend>(path: &Path, device: &B::Device) -> Result
     tracing::info!(arch = %info.arch, params = info.n_params, "model loaded");
     Ok(LoadedModel {
         model,
-        tokenizer,
+        tokenizer: std::sync::Arc::new(tokenizer),
         info,
     })
 }

@@ -9,7 +9,7 @@ use crate::gemma3::Gemma3;
 use crate::llama::Llama;
 
 /// A loaded language model of any supported architecture.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum AnyModel<B: InferenceBackend> {
     /// Llama, SmolLM, Mistral, Qwen2
     Llama(Llama<B>),

@@ -539,7 +539,7 @@ fn kv_blocks<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     }
     let (kvh, hd) = model.kv_dims();
     let layers = model.n_layers();
-    let per_token = (layers * 2 * kvh * hd * 4) as u64;
+    let per_token = (layers * 2 * kvh * hd * B::KV_BYTES_PER_VALUE) as u64;
     let budget = cfg.kv_budget.unwrap_or_else(|| {
         default_kv_budget(
             per_token,
@@ -548,7 +548,7 @@ fn kv_blocks<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
             cinder_backends::host_available_memory(),
         )
     });
-    let blocks = budget.blocks(layers, kvh, hd, cfg.block_size);
+    let blocks = budget.blocks(per_token, cfg.block_size);
     if blocks == 0 {
         return Err(RuntimeError::KvCache(format!(
             "a KV budget of {budget:?} holds no block of {} tokens ({per_token} bytes per token)",

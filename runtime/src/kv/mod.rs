@@ -4,4 +4,4 @@ pub mod block;
 mod paged;
 
 pub use block::{BlockId, BlockManager, NoSpace, PrefixStats, SeqId};
-pub use paged::{KvBudget, PagedKvCache};
+pub use paged::{KvBudget, PagedKvCache, SeqPagedCache};

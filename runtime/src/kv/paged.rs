@@ -4,7 +4,7 @@
 
 use burn::tensor::Tensor;
 use cinder_backends::InferenceBackend;
-use cinder_backends::attention::{KvShape, PagedBatch};
+use cinder_backends::attention::{KvShape, PagedBatch, SeqSlice};
 
 use crate::attention::{AttentionCache, AttentionParams};
 use crate::error::{Result, RuntimeError};
@@ -19,19 +19,12 @@ pub enum KvBudget {
 }
 
 impl KvBudget {
-    /// Blocks of `block_size` tokens that fit, for a model of `layers` layers with `kv_heads` ×
-    /// `head_dim` K/V per token.
-    pub fn blocks(
-        self,
-        layers: usize,
-        kv_heads: usize,
-        head_dim: usize,
-        block_size: usize,
-    ) -> usize {
+    /// Blocks of `block_size` tokens that fit, at `bytes_per_token` (K and V of every layer).
+    pub fn blocks(self, bytes_per_token: u64, block_size: usize) -> usize {
         match self {
             KvBudget::Tokens(t) => t.div_ceil(block_size),
             KvBudget::Bytes(b) => {
-                let per_block = (layers * 2 * kv_heads * head_dim * 4 * block_size) as u64;
+                let per_block = bytes_per_token * block_size as u64;
                 (b / per_block.max(1)) as usize
             }
         }
@@ -79,7 +72,7 @@ impl<B: InferenceBackend> PagedKvCache<B> {
 
     /// Bytes held (K and V of every layer).
     pub fn bytes(&self) -> usize {
-        self.shape.bytes() * self.layers.len()
+        self.shape.bytes(B::KV_BYTES_PER_VALUE) * self.layers.len()
     }
 
     /// Blocks per layer.
@@ -132,5 +125,65 @@ impl<B: InferenceBackend> AttentionCache<B> for PagedKvCache<B> {
 
     fn advance(&mut self, _t: usize) {
         // Positions live in the block manager's tables; the engine advances them.
+    }
+}
+
+/// A paged cache holding one sequence (blocks `0..n` in order): the engine's attention kernel behind
+/// the single-sequence interface that perplexity and the conformance tests drive directly.
+#[derive(Debug)]
+pub struct SeqPagedCache<B: InferenceBackend> {
+    inner: PagedKvCache<B>,
+    past: usize,
+}
+
+impl<B: InferenceBackend> SeqPagedCache<B> {
+    /// Room for `capacity` tokens of a model with `n_layers` layers of `kv_heads × head_dim`.
+    pub fn new(
+        n_layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        device: &B::Device,
+    ) -> Result<Self> {
+        const BS: usize = 16;
+        let blocks = capacity.div_ceil(BS).max(1);
+        Ok(Self {
+            inner: PagedKvCache::new(n_layers, kv_heads, head_dim, blocks, BS, device)?,
+            past: 0,
+        })
+    }
+}
+
+impl<B: InferenceBackend> AttentionCache<B> for SeqPagedCache<B> {
+    fn positions(&self, t: usize) -> Vec<usize> {
+        (self.past..self.past + t).collect()
+    }
+
+    fn attend(
+        &mut self,
+        layer: usize,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        v: Tensor<B, 4>,
+        params: &AttentionParams,
+    ) -> Tensor<B, 4> {
+        let t = q.dims()[2];
+        if layer == 0 || self.inner.batch.rows() != t {
+            let blocks = (0..self.inner.num_blocks() as u32).collect();
+            self.inner.set_batch(PagedBatch {
+                block_size: self.inner.block_size(),
+                seqs: vec![SeqSlice {
+                    q_start: 0,
+                    q_len: t,
+                    past: self.past,
+                    blocks,
+                }],
+            });
+        }
+        self.inner.attend(layer, q, k, v, params)
+    }
+
+    fn advance(&mut self, t: usize) {
+        self.past += t;
     }
 }

@@ -1,0 +1,193 @@
+//! Continuous batching on the real models: N different prompts generated together give exactly the
+//! tokens each gives alone (greedy), also when prefill is chunked, when sequences are preempted and
+//! recomputed, and when the prompt comes from the prefix cache.
+
+mod common;
+
+use cinder::prelude::*;
+use cinder::runtime::engine::{Engine, EngineConfig, Event, EventStream, Request};
+use cinder::runtime::kv::KvBudget;
+use cinder::runtime::scheduler::SchedulerConfig;
+use common::*;
+
+const GEN: usize = 20;
+
+/// The reference prompts plus a few of other lengths and languages.
+fn prompts(reference: &str) -> Vec<String> {
+    let mut p: Vec<String> = greedy_refs(reference).into_iter().map(|r| r.prompt).collect();
+    p.push("Rust is a systems programming language that".into());
+    p.push("1, 2, 3, 4, 5,".into());
+    p.push("Die Hauptstadt von Deutschland ist".into());
+    p
+}
+
+/// Collects a stream: token ids, finish reason, usage.
+fn collect(mut s: EventStream) -> (Vec<u32>, FinishReason, usize) {
+    let mut toks = Vec::new();
+    while let Some(ev) = s.blocking_next() {
+        match ev {
+            Event::Token { id, .. } => toks.push(id),
+            Event::Finished { reason, usage, .. } => return (toks, reason, usage.cached_tokens),
+        }
+    }
+    panic!("stream ended without a Finished event");
+}
+
+fn request(ids: Vec<u32>) -> Request {
+    Request {
+        stop_on_eos: false,
+        ..Request::greedy(ids, GEN)
+    }
+}
+
+/// Submits every prompt at once; returns each one's tokens (in prompt order) and the engine's
+/// preemption count.
+fn run_together<B: InferenceBackend>(
+    m: &cinder::importer::LoadedModel<B>,
+    encoded: &[Vec<u32>],
+    cfg: EngineConfig,
+) -> (Vec<Vec<u32>>, u64) {
+    let engine = Engine::start::<B, _>(m.model.clone(), m.tokenizer.clone(), cfg)
+        .expect("engine starts");
+    let h = engine.handle();
+    let streams: Vec<EventStream> = encoded
+        .iter()
+        .map(|ids| h.submit(request(ids.clone())).expect("submit"))
+        .collect();
+    let out: Vec<Vec<u32>> = streams
+        .into_iter()
+        .map(|s| {
+            let (toks, reason, _) = collect(s);
+            assert_eq!(reason, FinishReason::Length);
+            toks
+        })
+        .collect();
+    let preemptions = h.stats().preemptions;
+    (out, preemptions)
+}
+
+struct BatchedEqualsAlone {
+    model: &'static str,
+    reference: &'static str,
+}
+
+impl BackendTask for BatchedEqualsAlone {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let m = cinder::importer::load_gguf::<B>(&model_path(self.model), &device).expect("load");
+        let encoded: Vec<Vec<u32>> = prompts(self.reference)
+            .iter()
+            .map(|p| m.tokenizer.encode(p, true).expect("encode"))
+            .collect();
+        // Alone: one request at a time through the engine.
+        let alone: Vec<Vec<u32>> = encoded
+            .iter()
+            .map(|ids| run_together(&m, std::slice::from_ref(ids), EngineConfig::default()).0.remove(0))
+            .collect();
+        for (i, a) in alone.iter().enumerate() {
+            assert_eq!(a.len(), GEN, "prompt {i}");
+        }
+        // Together, default limits: every sequence in one batch.
+        let (together, _) = run_together(&m, &encoded, EngineConfig::default());
+        assert_eq!(together, alone, "{}: batched differs from alone", self.model);
+        // Chunked prefill: 7 tokens per step, so prompts are split and mixed with decodes.
+        let chunked = EngineConfig {
+            scheduler: SchedulerConfig {
+                max_batched_tokens: 7,
+                max_seqs: 16,
+            },
+            ..EngineConfig::default()
+        };
+        let (out, _) = run_together(&m, &encoded, chunked);
+        assert_eq!(out, alone, "{}: chunked prefill differs", self.model);
+        // A KV budget too small for all at once: the newest sequences are preempted and recomputed.
+        let longest = encoded.iter().map(Vec::len).max().unwrap_or(0) + GEN;
+        let tight = EngineConfig {
+            kv_budget: Some(KvBudget::Tokens(2 * longest + 16)),
+            block_size: 4,
+            ..EngineConfig::default()
+        };
+        let (out, preemptions) = run_together(&m, &encoded, tight);
+        assert!(preemptions > 0, "{}: the tight budget never preempted", self.model);
+        eprintln!("{}: {preemptions} preemptions", self.model);
+        assert_eq!(out, alone, "{}: preempted + recomputed differs", self.model);
+    }
+}
+
+#[test]
+fn smollm2_batched_chunked_and_preempted_equal_alone() {
+    for kind in test_backends() {
+        dispatch(
+            kind,
+            BatchedEqualsAlone {
+                model: "smollm2-135m",
+                reference: "smollm2-135m-q4_1.greedy.jsonl",
+            },
+        )
+        .expect("backend");
+    }
+}
+
+#[test]
+fn gemma3_batched_chunked_and_preempted_equal_alone() {
+    dispatch(
+        primary_backend(),
+        BatchedEqualsAlone {
+            model: "gemma3-270m",
+            reference: "gemma-3-270m-q4_k_m.greedy.jsonl",
+        },
+    )
+    .expect("backend");
+}
+
+struct PrefixHits;
+
+impl BackendTask for PrefixHits {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let m = cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device)
+            .expect("load");
+        let engine = Engine::start::<B, _>(
+            m.model.clone(),
+            m.tokenizer.clone(),
+            EngineConfig::default(),
+        )
+        .expect("engine");
+        let h = engine.handle();
+        let system = "You are a careful assistant. Answer briefly and cite the rule you used. \
+                      Rules: be kind; be exact; never guess a number you cannot compute.";
+        let a = m
+            .tokenizer
+            .encode(&format!("{system}\nQ: What is 12 times 12?\nA:"), true)
+            .expect("encode");
+        let b = m
+            .tokenizer
+            .encode(&format!("{system}\nQ: Name a prime above 90.\nA:"), true)
+            .expect("encode");
+        let (cold, _, cached0) = collect(h.submit(request(a.clone())).expect("submit"));
+        assert_eq!(cached0, 0, "first request cannot hit");
+        // The same prompt again: every full block but the one holding the last token is reused.
+        let (warm, _, cached1) = collect(h.submit(request(a.clone())).expect("submit"));
+        assert_eq!(warm, cold, "prefix-cache hit changed the tokens");
+        assert_eq!(cached1, (a.len() - 1) / 16 * 16);
+        // A different question after the same system prompt reuses the shared full blocks.
+        let (_, _, cached2) = collect(h.submit(request(b.clone())).expect("submit"));
+        let shared = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+        assert_eq!(cached2, shared / 16 * 16);
+        assert!(cached2 >= 16, "shared prefix of {shared} tokens gave no hit");
+        // Stats are published at the end of each step, just after the last event went out.
+        let t0 = std::time::Instant::now();
+        let mut st = h.stats();
+        while st.kv_blocks_used != 0 && t0.elapsed().as_secs() < 5 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            st = h.stats();
+        }
+        assert!(st.prefix_hit_tokens >= (cached1 + cached2) as u64);
+        assert_eq!(st.kv_blocks_used, 0, "finished requests still own blocks");
+    }
+}
+
+#[test]
+fn prefix_cache_hits_give_the_same_tokens() {
+    dispatch(primary_backend(), PrefixHits).expect("backend");
+}
