@@ -14,7 +14,10 @@ const GEN: usize = 20;
 
 /// The reference prompts plus a few of other lengths and languages.
 fn prompts(reference: &str) -> Vec<String> {
-    let mut p: Vec<String> = greedy_refs(reference).into_iter().map(|r| r.prompt).collect();
+    let mut p: Vec<String> = greedy_refs(reference)
+        .into_iter()
+        .map(|r| r.prompt)
+        .collect();
     p.push("Rust is a systems programming language that".into());
     p.push("1, 2, 3, 4, 5,".into());
     p.push("Die Hauptstadt von Deutschland ist".into());
@@ -47,8 +50,8 @@ fn run_together<B: InferenceBackend>(
     encoded: &[Vec<u32>],
     cfg: EngineConfig,
 ) -> (Vec<Vec<u32>>, u64) {
-    let engine = Engine::start::<B, _>(m.model.clone(), m.tokenizer.clone(), cfg)
-        .expect("engine starts");
+    let engine =
+        Engine::start::<B, _>(m.model.clone(), m.tokenizer.clone(), cfg).expect("engine starts");
     let h = engine.handle();
     let streams: Vec<EventStream> = encoded
         .iter()
@@ -82,14 +85,22 @@ impl BackendTask for BatchedEqualsAlone {
         // Alone: one request at a time through the engine.
         let alone: Vec<Vec<u32>> = encoded
             .iter()
-            .map(|ids| run_together(&m, std::slice::from_ref(ids), EngineConfig::default()).0.remove(0))
+            .map(|ids| {
+                run_together(&m, std::slice::from_ref(ids), EngineConfig::default())
+                    .0
+                    .remove(0)
+            })
             .collect();
         for (i, a) in alone.iter().enumerate() {
             assert_eq!(a.len(), GEN, "prompt {i}");
         }
         // Together, default limits: every sequence in one batch.
         let (together, _) = run_together(&m, &encoded, EngineConfig::default());
-        assert_eq!(together, alone, "{}: batched differs from alone", self.model);
+        assert_eq!(
+            together, alone,
+            "{}: batched differs from alone",
+            self.model
+        );
         // Chunked prefill: 7 tokens per step, so prompts are split and mixed with decodes.
         let chunked = EngineConfig {
             scheduler: SchedulerConfig {
@@ -108,7 +119,11 @@ impl BackendTask for BatchedEqualsAlone {
             ..EngineConfig::default()
         };
         let (out, preemptions) = run_together(&m, &encoded, tight);
-        assert!(preemptions > 0, "{}: the tight budget never preempted", self.model);
+        assert!(
+            preemptions > 0,
+            "{}: the tight budget never preempted",
+            self.model
+        );
         eprintln!("{}: {preemptions} preemptions", self.model);
         assert_eq!(out, alone, "{}: preempted + recomputed differs", self.model);
     }
@@ -145,8 +160,8 @@ struct PrefixHits;
 impl BackendTask for PrefixHits {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
-        let m = cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device)
-            .expect("load");
+        let m =
+            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("load");
         let engine = Engine::start::<B, _>(
             m.model.clone(),
             m.tokenizer.clone(),
@@ -174,7 +189,10 @@ impl BackendTask for PrefixHits {
         let (_, _, cached2) = collect(h.submit(request(b.clone())).expect("submit"));
         let shared = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
         assert_eq!(cached2, shared / 16 * 16);
-        assert!(cached2 >= 16, "shared prefix of {shared} tokens gave no hit");
+        assert!(
+            cached2 >= 16,
+            "shared prefix of {shared} tokens gave no hit"
+        );
         // Stats are published at the end of each step, just after the last event went out.
         let t0 = std::time::Instant::now();
         let mut st = h.stats();

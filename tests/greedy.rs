@@ -18,8 +18,8 @@ mod common;
 use cinder::backends::BackendKind;
 use cinder::prelude::*;
 use cinder::runtime::attention::{AttentionCache, ContiguousKvCache};
-use cinder::runtime::kv::SeqPagedCache;
 use cinder::runtime::generate::{logits_to_vec, prefill, token_tensor};
+use cinder::runtime::kv::SeqPagedCache;
 use cinder::runtime::sampler::top_k_probs;
 use common::*;
 
@@ -73,7 +73,10 @@ fn check_within_noise<B: InferenceBackend>(
     // Both attention paths: the contiguous cache (Burn ops) and the paged kernel the engine runs.
     let (kvh, hd) = m.model.kv_dims();
     let caches: Vec<(&str, Box<dyn AttentionCache<B>>)> = vec![
-        ("contiguous", Box::new(ContiguousKvCache::<B>::new(m.model.n_layers(), 512))),
+        (
+            "contiguous",
+            Box::new(ContiguousKvCache::<B>::new(m.model.n_layers(), 512)),
+        ),
         (
             "paged",
             Box::new(

@@ -19,6 +19,7 @@
 use burn::tensor::{Int, Tensor, TensorData, activation::softmax, backend::Backend};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use half::vec::HalfBitsVecExt;
 use rayon::prelude::*;
 
 use crate::BackendError;
@@ -254,11 +255,19 @@ impl<D> HostKv<D> {
 
 /// One layer's paged K/V as Burn tensors `[blocks · block_size, kv_heads · head_dim]` (the fallback).
 #[derive(Debug)]
-#[allow(dead_code)] // read only by the fallback, which CPU-only builds compile but do not use
 pub struct DenseKv<B: Backend> {
     shape: KvShape,
-    k: Tensor<B, 2>,
-    v: Tensor<B, 2>,
+    /// K and V; held in an `Option` so an update can take them by value (a uniquely owned tensor
+    /// lets the backend assign in place instead of copying the store).
+    kv: Option<(Tensor<B, 2>, Tensor<B, 2>)>,
+}
+
+impl<B: Backend> DenseKv<B> {
+    fn update(&mut self, f: impl Fn(Tensor<B, 2>, usize) -> Tensor<B, 2>) {
+        if let Some((k, v)) = self.kv.take() {
+            self.kv = Some((f(k, 0), f(v, 1)));
+        }
+    }
 }
 
 fn check_alloc(shape: &KvShape) -> Result<(), BackendError> {
@@ -268,21 +277,27 @@ fn check_alloc(shape: &KvShape) -> Result<(), BackendError> {
     Ok(())
 }
 
-/// Allocates a host store, all of it, up front.
+/// Allocates a host store, all of it, up front (refused if it exceeds the memory available).
 pub(crate) fn host_kv_alloc<D: Clone>(
     shape: KvShape,
     device: &D,
 ) -> Result<HostKv<D>, BackendError> {
     check_alloc(&shape)?;
     let n = shape.values();
-    let alloc = |what: &str| -> Result<Vec<f16>, BackendError> {
-        let mut v = Vec::new();
-        v.try_reserve_exact(n).map_err(|e| {
-            BackendError::Layout(format!("cannot allocate the {what} store ({n} f16): {e}"))
-        })?;
-        v.resize(n, f16::ZERO);
-        Ok(v)
-    };
+    let bytes = shape.bytes(2) as u64;
+    if let Some(avail) = crate::host_available_memory()
+        && bytes > avail
+    {
+        return Err(BackendError::Layout(format!(
+            "a KV store of {} MiB does not fit the {} MiB of memory available",
+            bytes >> 20,
+            avail >> 20
+        )));
+    }
+    // Zeroed u16 pages come from the OS as needed (calloc): the store is sized once, never grows,
+    // and resident memory follows what sequences actually wrote, up to the budget.
+    let alloc =
+        |_: &str| -> Result<Vec<f16>, BackendError> { Ok(vec![0u16; n].reinterpret_into()) };
     Ok(HostKv {
         shape,
         k: alloc("K")?,
@@ -375,10 +390,22 @@ pub(crate) fn host_paged_attention<B: Backend>(
     let tasks: Vec<(usize, usize)> = (0..batch.seqs.len())
         .flat_map(|si| (0..kvh).map(move |g| (si, g)))
         .collect();
-    let results: Vec<Vec<f32>> = tasks
-        .par_iter()
-        .map(|&(si, g)| attend_group(kv, batch, &batch.seqs[si], g, group, &qs, t, params))
-        .collect();
+    let run = |&(si, g): &(usize, usize)| {
+        attend_group(kv, batch, &batch.seqs[si], g, group, &qs, t, params)
+    };
+    // Query-key pairs × heads: below ~64k multiply-adds per head dim a parallel section costs more
+    // (thread wake-ups) than it saves.
+    let work: usize = batch
+        .seqs
+        .iter()
+        .map(|s| s.q_len * (s.past + s.q_len))
+        .sum::<usize>()
+        * h;
+    let results: Vec<Vec<f32>> = if work < 1 << 16 {
+        tasks.iter().map(run).collect()
+    } else {
+        tasks.par_iter().map(run).collect()
+    };
     // 3. Scatter the task outputs into [h, T, hd].
     let mut out = vec![0.0f32; h * t * hd];
     for (&(si, g), res) in tasks.iter().zip(&results) {
@@ -505,8 +532,7 @@ pub fn dense_kv_alloc<B: Backend>(
     ];
     Ok(DenseKv {
         shape,
-        k: Tensor::zeros(dims, device),
-        v: Tensor::zeros(dims, device),
+        kv: Some((Tensor::zeros(dims, device), Tensor::zeros(dims, device))),
     })
 }
 
@@ -515,11 +541,10 @@ pub fn dense_kv_copy_block<B: Backend>(kv: &mut DenseKv<B>, src: u32, dst: u32) 
     let bs = kv.shape.block_size;
     let (s, d) = (src as usize * bs, dst as usize * bs);
     let w = kv.shape.kv_heads * kv.shape.head_dim;
-    for t in [&mut kv.k, &mut kv.v] {
+    kv.update(|t, _| {
         let rows = t.clone().slice([s..s + bs, 0..w]);
-        let taken = std::mem::replace(t, Tensor::empty([0, 0], &rows.device()));
-        *t = taken.slice_assign([d..d + bs, 0..w], rows);
-    }
+        t.slice_assign([d..d + bs, 0..w], rows)
+    });
 }
 
 /// The generic paged attention (any backend): scatter the new rows by contiguous runs, gather each sequence's
@@ -551,16 +576,19 @@ pub fn dense_paged_attention<B: Backend>(
             let run = (batch.block_size - pos % batch.block_size).min(s.q_len - i);
             let slot = batch.slot(s, pos);
             let rows = s.q_start + i..s.q_start + i + run;
-            for (store, src) in [(&mut kv.k, &k_rows), (&mut kv.v, &v_rows)] {
-                let taken = std::mem::replace(store, Tensor::empty([0, 0], &device));
-                *store = taken.slice_assign(
+            kv.update(|store, which| {
+                let src = if which == 0 { &k_rows } else { &v_rows };
+                store.slice_assign(
                     [slot..slot + run, 0..w],
                     src.clone().slice([rows.clone(), 0..w]),
-                );
-            }
+                )
+            });
             i += run;
         }
     }
+    let Some((ks, vs)) = &kv.kv else {
+        panic!("paged attention: the KV store was lost in an earlier update");
+    };
     let mut outs = Vec::with_capacity(batch.seqs.len());
     for s in &batch.seqs {
         let total = s.past + s.q_len;
@@ -576,8 +604,8 @@ pub fn dense_paged_attention<B: Backend>(
         let qs = round_to_f16(q.clone().narrow(2, s.q_start, s.q_len));
         outs.push(attention_f16_probs(
             qs,
-            gather(&kv.k),
-            gather(&kv.v),
+            gather(ks),
+            gather(vs),
             s.past,
             params,
         ));

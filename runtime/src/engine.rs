@@ -56,16 +56,16 @@ impl Default for EngineConfig {
     }
 }
 
-/// The default KV budget: room for `max_seqs` full contexts, but at most a quarter of the memory
-/// available now and at most 1 GiB.
+/// The default KV budget: room for `max_seqs` contexts of up to 4096 tokens, but at most an eighth
+/// of the memory available now and at most 512 MiB; at least 1024 tokens.
 pub fn default_kv_budget(
     bytes_per_token: u64,
     context: usize,
     max_seqs: usize,
     available: Option<u64>,
 ) -> KvBudget {
-    let want = bytes_per_token * (context * max_seqs) as u64;
-    let cap = available.map_or(1 << 30, |a| (a / 4).min(1 << 30));
+    let want = bytes_per_token * (context.min(4096) * max_seqs) as u64;
+    let cap = available.map_or(512 << 20, |a| (a / 8).min(512 << 20));
     KvBudget::Bytes(want.min(cap).max(bytes_per_token * 1024))
 }
 
@@ -393,11 +393,11 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         });
     }
 
-    /// Cancels every request (engine shutdown).
-    pub fn cancel_all(&mut self) {
+    /// Ends every request with `reason` (shutdown, or a failed step).
+    pub fn end_all(&mut self, reason: FinishReason) {
         let ids: Vec<SeqId> = self.live.keys().copied().collect();
         for id in ids {
-            self.finish(id, FinishReason::Cancelled);
+            self.finish(id, reason);
         }
     }
 
@@ -459,9 +459,11 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         let device = self.model.device();
         let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, t]), &device);
         let n = rows.len();
+        // A step of prefill chunks only still asks for one row: a forward returns at least one.
+        let ask = if n == 0 { vec![t - 1] } else { rows };
         let logits = self
             .model
-            .forward(tokens, &mut self.cache, Logits::Rows(rows));
+            .forward(tokens, &mut self.cache, Logits::Rows(ask));
         if n == 0 {
             return Ok(Vec::new());
         }
@@ -786,7 +788,7 @@ fn run_loop<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
                     usage: Usage::default(),
                 });
             }
-            core.cancel_all();
+            core.end_all(FinishReason::Cancelled);
             return;
         }
         for s in new {
@@ -797,11 +799,18 @@ fn run_loop<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
                 shared.counters.waiting.fetch_sub(1, Ordering::SeqCst);
             }
         }
-        let ran = match core.step() {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::error!("engine step failed: {e}; cancelling live requests");
-                core.cancel_all();
+        // A failed or panicking step ends the requests in flight with `Error`, not the engine: the
+        // server stays up for the next request.
+        let ran = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.step())) {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                tracing::error!("engine step failed: {e}; ending the live requests");
+                core.end_all(FinishReason::Error);
+                0
+            }
+            Err(_) => {
+                tracing::error!("engine step panicked; ending the live requests");
+                core.end_all(FinishReason::Error);
                 0
             }
         };

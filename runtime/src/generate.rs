@@ -58,6 +58,8 @@ pub enum FinishReason {
     Cancelled,
     /// The request's deadline passed.
     Timeout,
+    /// The engine failed while running it (logged; the engine goes on with other requests).
+    Error,
 }
 
 /// The result of one generation.

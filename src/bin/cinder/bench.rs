@@ -1,14 +1,11 @@
 //! `cinder bench`: prompt processing and generation speed in the style of llama-bench.
 
-use std::time::Instant;
-
 use anyhow::Result;
 use cinder::backends::BackendKind;
 use cinder::prelude::*;
-use cinder::runtime::attention::ContiguousKvCache;
-use cinder::runtime::generate::{logits_to_vec, prefill, token_tensor};
-use cinder::runtime::sampler::argmax;
 use clap::Args;
+
+use crate::bench_engine::{self, run_batch};
 
 /// `cinder bench MODEL`
 #[derive(Args, Debug)]
@@ -25,9 +22,22 @@ pub struct BenchArgs {
     /// Repetitions (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
+    /// Concurrent-request levels to measure, comma-separated (e.g. 1,4,8,16): aggregate and
+    /// per-sequence decode tokens/s and TTFT p50/p99, through the continuous-batching engine.
+    #[arg(long, value_delimiter = ',')]
+    pub concurrency: Vec<usize>,
+    /// Prompt length of each request in the concurrency test.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency_prompt_tokens: usize,
+    /// Also measure TTFT with a cached prefix of this many tokens against the same request cold
+    /// (0 = skip).
+    #[arg(long, default_value_t = 0)]
+    pub cached_prefix: usize,
     /// Print one JSON line.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub engine: crate::engine_flags::EngineFlags,
 }
 
 /// Runs on backend `B`.
@@ -69,36 +79,47 @@ impl BackendTask for Task {
         let reps = a.reps.max(1);
         let mut pp: Vec<Vec<f64>> = vec![Vec::new(); lens.len()];
         let mut tg = Vec::new();
+        // Every test runs through the engine (one request at a time here), prefix cache off.
+        let cfg = a.engine.config()?;
+        let engine = bench_engine::start(&m, &cfg, 1, false)?;
+        let h = engine.handle();
         // One untimed warm-up of each test (first-touch allocations, kernel compilation on GPUs).
         for rep in 0..=reps {
             for (li, &n) in lens.iter().enumerate() {
-                let mut cache = ContiguousKvCache::<B>::new(model.n_layers(), n);
-                let t0 = Instant::now();
-                prefill(model, &mut cache, &prompt[..n])?;
-                let s = t0.elapsed().as_secs_f64();
+                // Prefill and the first token: n prompt tokens over the time to first token.
+                let t = run_batch(&h, vec![prompt[..n].to_vec()], 1)?[0];
                 if rep > 0 {
-                    pp[li].push(n as f64 / s);
+                    pp[li].push(n as f64 / t.ttft.as_secs_f64());
                 }
             }
             if a.gen_tokens > 0 {
-                let mut cache = ContiguousKvCache::<B>::new(model.n_layers(), a.gen_tokens + 1);
-                let mut logits = prefill(model, &mut cache, &prompt[..1])?;
-                let t0 = Instant::now();
-                for _ in 0..a.gen_tokens {
-                    let next = argmax(&logits);
-                    let l = model.forward(
-                        token_tensor::<B>(&[next], &device),
-                        &mut cache,
-                        Logits::Last,
-                    );
-                    logits = logits_to_vec(l)?;
-                }
-                let s = t0.elapsed().as_secs_f64();
+                // gen_tokens decode steps after the first token.
+                let t = run_batch(&h, vec![prompt[..1].to_vec()], a.gen_tokens + 1)?[0];
                 if rep > 0 {
-                    tg.push(a.gen_tokens as f64 / s);
+                    tg.push(a.gen_tokens as f64 / t.decode.as_secs_f64());
                 }
             }
         }
+        drop(engine);
+        let levels = a
+            .concurrency
+            .iter()
+            .map(|&c| {
+                bench_engine::concurrency_level(
+                    &m,
+                    &cfg,
+                    c,
+                    a.concurrency_prompt_tokens,
+                    a.gen_tokens.max(2),
+                    reps,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let prefix = if a.cached_prefix > 0 {
+            Some(bench_engine::prefix_ttft(&m, &cfg, a.cached_prefix, reps)?)
+        } else {
+            None
+        };
         let threads = self
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -133,6 +154,11 @@ impl BackendTask for Task {
                 "tg_tokens": a.gen_tokens, "tg_tps": median(tg.clone()),
                 "tests": list,
                 "threads": threads, "peak_rss_bytes": rss,
+                "concurrency": levels,
+                "prefix_cache": prefix.map(|(cold, warm)| serde_json::json!({
+                    "prefix_tokens": a.cached_prefix, "ttft_cold_ms": cold,
+                    "ttft_cached_ms": warm, "ratio": warm / cold,
+                })),
             });
             println!("{v}");
         } else {
@@ -148,6 +174,23 @@ impl BackendTask for Task {
                     median(v.clone()),
                     lo(v),
                     hi(v)
+                );
+            }
+            for l in &levels {
+                println!(
+                    "concurrency {:>3}: aggregate {:>8.2} t/s  per-seq {:>7.2} t/s  TTFT p50 {:>8.1} ms  p99 {:>8.1} ms",
+                    l.concurrency,
+                    l.aggregate_tg_tps,
+                    l.per_seq_tg_tps,
+                    l.ttft_ms_p50,
+                    l.ttft_ms_p99
+                );
+            }
+            if let Some((cold, warm)) = prefix {
+                println!(
+                    "TTFT with a cached {}-token prefix: {warm:.1} ms vs {cold:.1} ms cold ({:.3}x)",
+                    a.cached_prefix,
+                    warm / cold
                 );
             }
             println!("peak RSS {:.1} MiB", rss as f64 / (1 << 20) as f64);

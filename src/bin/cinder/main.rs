@@ -1,6 +1,8 @@
 //! The `cinder` command line. Results go to stdout; logs and progress go to stderr.
 
 mod bench;
+mod bench_engine;
+mod engine_flags;
 mod generate_cmd;
 mod info;
 mod perplexity;
