@@ -209,3 +209,102 @@ impl BackendTask for PrefixHits {
 fn prefix_cache_hits_give_the_same_tokens() {
     dispatch(primary_backend(), PrefixHits).expect("backend");
 }
+
+struct CancelAndTimeout;
+
+impl BackendTask for CancelAndTimeout {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let m =
+            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("load");
+        let engine = Engine::start::<B, _>(
+            m.model.clone(),
+            m.tokenizer.clone(),
+            EngineConfig::default(),
+        )
+        .expect("engine");
+        let h = engine.handle();
+        let ids = m
+            .tokenizer
+            .encode("Write a long story about a dragon.", true)
+            .expect("encode");
+        let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+            let t0 = std::time::Instant::now();
+            while !f() {
+                assert!(t0.elapsed().as_secs() < 10, "timed out waiting for {what}");
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        };
+        // A request dropped mid-generation frees its blocks within a step or two.
+        let mut s = h
+            .submit(Request {
+                max_tokens: 500,
+                ..request(ids.clone())
+            })
+            .expect("submit");
+        for _ in 0..3 {
+            assert!(matches!(s.blocking_next(), Some(Event::Token { .. })));
+        }
+        assert!(h.stats().kv_blocks_used > 0);
+        drop(s);
+        wait_for("blocks to return", &|| {
+            let st = h.stats();
+            st.kv_blocks_used == 0 && st.running == 0
+        });
+        // A deadline ends the request with Timeout, and the engine serves the next one.
+        let s = h
+            .submit(Request {
+                max_tokens: 500,
+                timeout: Some(std::time::Duration::from_millis(150)),
+                ..request(ids.clone())
+            })
+            .expect("submit");
+        let (toks, reason, _) = collect(s);
+        assert_eq!(reason, FinishReason::Timeout);
+        assert!(toks.len() < 500);
+        let (toks, reason, _) = collect(h.submit(request(ids)).expect("submit"));
+        assert_eq!((toks.len(), reason), (GEN, FinishReason::Length));
+        wait_for("blocks to return", &|| h.stats().kv_blocks_used == 0);
+    }
+}
+
+#[test]
+fn dropping_the_stream_frees_blocks_and_deadlines_end_requests() {
+    dispatch(primary_backend(), CancelAndTimeout).expect("backend");
+}
+
+struct BadRequests;
+
+impl BackendTask for BadRequests {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let m =
+            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("load");
+        let cfg = EngineConfig {
+            kv_budget: Some(KvBudget::Tokens(256)),
+            ..EngineConfig::default()
+        };
+        let engine =
+            Engine::start::<B, _>(m.model.clone(), m.tokenizer.clone(), cfg).expect("engine");
+        let h = engine.handle();
+        let err = |r: Request| h.submit(r).expect_err("must be refused").to_string();
+        assert!(err(Request::greedy(vec![], 4)).contains("empty prompt"));
+        assert!(err(Request::greedy(vec![1, 2], 0)).contains("max_tokens"));
+        assert!(err(Request::greedy(vec![1, 999_999], 4)).contains("outside the vocabulary"));
+        // Longer than the whole KV budget: refused up front, never admitted to stall the queue.
+        assert!(err(Request::greedy(vec![1; 250], 10)).contains("exceeds the context length 256"));
+        let mut bad = Request::greedy(vec![1, 2], 4);
+        bad.sampling.temperature = -1.0;
+        assert!(err(bad).contains("temperature"));
+        assert_eq!(
+            h.stats().waiting,
+            0,
+            "refused requests must not hold queue slots"
+        );
+    }
+}
+
+#[test]
+fn invalid_requests_are_refused_with_the_reason() {
+    dispatch(primary_backend(), BadRequests).expect("backend");
+}

@@ -283,3 +283,38 @@ fn quantize_writes_a_loadable_file_and_refuses_what_it_cannot_do() {
     ]);
     assert!(text.contains("Paris"), "{text}");
 }
+
+#[test]
+fn bench_concurrency_json_reports_each_level() {
+    let (stdout, _) = run_ok(&[
+        "bench",
+        "smollm2-135m",
+        "--prompt-tokens",
+        "8",
+        "--gen-tokens",
+        "4",
+        "--reps",
+        "1",
+        "--concurrency",
+        "1,2",
+        "--cached-prefix",
+        "32",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).expect("bench --json is JSON");
+    let levels = v["concurrency"].as_array().expect("concurrency array");
+    assert_eq!(levels.len(), 2);
+    for (l, want) in levels.iter().zip([1, 2]) {
+        assert_eq!(l["concurrency"], want);
+        for k in [
+            "aggregate_tg_tps",
+            "per_seq_tg_tps",
+            "ttft_ms_p50",
+            "ttft_ms_p99",
+        ] {
+            let x = l[k].as_f64().unwrap_or(-1.0);
+            assert!(x > 0.0, "{k} = {x}");
+        }
+    }
+    assert!(v["prefix_cache"]["ttft_cached_ms"].as_f64().unwrap_or(-1.0) > 0.0);
+}

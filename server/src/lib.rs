@@ -1,2 +1,139 @@
-//! Cinder's serving layer. The OpenAI-compatible HTTP/SSE and gRPC server lands with the serving issue;
-//! the crate exists now so the dependency graph (backends <- runtime <- models <- importer <- server) is fixed.
+//! # cinder-server
+//!
+//! Serving over the engine: an OpenAI-compatible HTTP API with Server-Sent Events streaming (axum), a
+//! gRPC API (tonic, `proto/cinder/v1/cinder.proto`), Prometheus metrics, API keys, request
+//! deadlines, bounded queues (429 / `RESOURCE_EXHAUSTED`) and graceful shutdown. The server only
+//! holds an [`EngineHandle`] and the tokenizer: it is independent of the backend the engine runs on.
+#![warn(missing_docs)]
+
+mod error;
+pub mod grpc;
+pub mod http;
+pub mod metrics;
+pub mod openai;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+pub use cinder_runtime::engine::EngineHandle;
+use cinder_runtime::tokenizer::Tokenizer;
+pub use error::{ApiError, ServerError};
+use tokio::net::TcpListener;
+
+/// Server settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The `model` name clients must send (and `/v1/models` lists).
+    pub model_name: String,
+    /// Accepted bearer keys; empty: no authentication.
+    pub api_keys: Vec<String>,
+    /// Deadline of a request that sets none.
+    pub request_timeout: Duration,
+    /// Largest request body.
+    pub max_body_bytes: usize,
+    /// This replica's name (`X-Cinder-Replica` header, metrics).
+    pub replica_id: String,
+}
+
+impl ServerConfig {
+    /// Defaults for `model_name`: no keys, 10-minute deadline, 2 MiB bodies, replica = hostname.
+    pub fn new(model_name: impl Into<String>) -> Self {
+        Self {
+            model_name: model_name.into(),
+            api_keys: Vec::new(),
+            request_timeout: Duration::from_secs(600),
+            max_body_bytes: 2 << 20,
+            replica_id: hostname(),
+        }
+    }
+}
+
+/// This machine's host name (`/etc/hostname`, `$HOSTNAME`, else "cinder").
+pub fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "cinder".into())
+}
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct Inner {
+    engine: EngineHandle,
+    tok: Arc<Tokenizer>,
+    cfg: ServerConfig,
+    metrics: metrics::Metrics,
+    draining: AtomicBool,
+    created: u64,
+}
+
+/// The handlers' state (cheap to clone).
+pub type AppState = Arc<Inner>;
+
+/// Builds the shared state.
+pub fn state(engine: EngineHandle, tok: Arc<Tokenizer>, cfg: ServerConfig) -> AppState {
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Arc::new(Inner {
+        engine,
+        tok,
+        cfg,
+        metrics: metrics::Metrics::default(),
+        draining: AtomicBool::new(false),
+        created,
+    })
+}
+
+/// Serves HTTP on `http` (and gRPC on `grpc`, if given) until `shutdown` resolves; then stops
+/// admitting (new requests get 503, `/ready` turns 503) and waits for streams in flight to finish.
+pub async fn serve(
+    state: AppState,
+    http: TcpListener,
+    grpc: Option<TcpListener>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let st = state.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        st.draining.store(true, Ordering::SeqCst);
+        tracing::info!("shutdown requested: draining");
+        let _ = tx.send(true);
+    });
+    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        while !*rx.borrow() {
+            if rx.changed().await.is_err() {
+                break;
+            }
+        }
+    };
+    let grpc_task = grpc.map(|l| {
+        let st = state.clone();
+        let rx = rx.clone();
+        tokio::spawn(async move { grpc::serve(st, l, wait(rx)).await })
+    });
+    let app = http::router(state);
+    axum::serve(
+        http,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(wait(rx))
+    .await
+    .map_err(|e| ServerError::Io {
+        what: "HTTP server".into(),
+        source: e,
+    })?;
+    if let Some(t) = grpc_task {
+        match t.await {
+            Ok(r) => r?,
+            Err(e) => return Err(ServerError::Grpc(e.to_string())),
+        }
+    }
+    Ok(())
+}

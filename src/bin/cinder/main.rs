@@ -7,6 +7,7 @@ mod generate_cmd;
 mod info;
 mod perplexity;
 mod quantize;
+mod serve;
 
 use std::path::PathBuf;
 
@@ -50,6 +51,8 @@ enum Command {
     Pull(PullArgs),
     /// Rewrite a GGUF file with its weights in another block format (ggml's reference quantizers).
     Quantize(quantize::QuantizeArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (and gRPC).
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -139,6 +142,7 @@ fn main() -> Result<()> {
                 Command::Run(a) => backends::dispatch(kind, generate_cmd::RunTask(a))?,
                 Command::Chat(a) => backends::dispatch(kind, generate_cmd::ChatTask(a))?,
                 Command::Perplexity(a) => backends::dispatch(kind, perplexity::Task(a))?,
+                Command::Serve(a) => backends::dispatch(kind, serve::ServeTask(a))?,
                 Command::Bench(a) => backends::dispatch(
                     kind,
                     bench::Task {

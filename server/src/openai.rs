@@ -1,0 +1,188 @@
+//! The OpenAI API's request and response bodies (the subset Cinder serves), field names as in
+//! OpenAI's API reference so the official clients work unchanged. Extension fields (`top_k`, `min_p`,
+//! `repetition_penalty`, `timeout`) follow vLLM's and llama-server's names.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// `stop`: one string or a list.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    /// one stop string
+    One(String),
+    /// several
+    Many(Vec<String>),
+}
+
+impl Stop {
+    /// As a list.
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            Stop::One(s) => vec![s],
+            Stop::Many(v) => v,
+        }
+    }
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct StreamOptions {
+    /// send a last chunk with `usage`
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// Sampling and length fields shared by both endpoints.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Common {
+    /// the model name (must be the served one)
+    pub model: Option<String>,
+    /// most new tokens
+    pub max_tokens: Option<i64>,
+    /// newer name of `max_tokens` (chat)
+    pub max_completion_tokens: Option<i64>,
+    /// 0 = greedy
+    pub temperature: Option<f64>,
+    /// nucleus sampling
+    pub top_p: Option<f64>,
+    /// extension: keep the k most likely tokens
+    pub top_k: Option<i64>,
+    /// extension: min-p sampling
+    pub min_p: Option<f64>,
+    /// extension: repetition penalty
+    pub repetition_penalty: Option<f64>,
+    /// RNG seed
+    pub seed: Option<i64>,
+    /// stop strings
+    pub stop: Option<Stop>,
+    /// stream with Server-Sent Events
+    #[serde(default)]
+    pub stream: bool,
+    /// streaming options
+    pub stream_options: Option<StreamOptions>,
+    /// extension: seconds before the request ends with finish_reason `timeout`
+    pub timeout: Option<f64>,
+    /// number of choices (only 1 is served)
+    pub n: Option<i64>,
+}
+
+/// One chat message. `content` is a string or a list of content parts (text parts are joined).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Message {
+    /// system, user, assistant, …
+    pub role: String,
+    /// the text
+    #[serde(default)]
+    pub content: Value,
+}
+
+impl Message {
+    /// The text of the message.
+    pub fn text(&self) -> Result<String, String> {
+        match &self.content {
+            Value::String(s) => Ok(s.clone()),
+            Value::Null => Ok(String::new()),
+            Value::Array(parts) => {
+                let mut out = String::new();
+                for p in parts {
+                    match (p.get("type").and_then(Value::as_str), p.get("text")) {
+                        (Some("text"), Some(Value::String(t))) => out.push_str(t),
+                        (ty, _) => {
+                            return Err(format!(
+                                "content part of type {} is not supported (text only)",
+                                ty.unwrap_or("?")
+                            ));
+                        }
+                    }
+                }
+                Ok(out)
+            }
+            _ => Err("content must be a string or a list of text parts".into()),
+        }
+    }
+}
+
+/// `POST /v1/chat/completions`
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatRequest {
+    /// the conversation
+    pub messages: Vec<Message>,
+    /// shared fields
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// `prompt`: a string or a list holding one string.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    /// text
+    Text(String),
+    /// `["text"]`
+    List(Vec<String>),
+}
+
+/// `POST /v1/completions`
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompletionRequest {
+    /// the prompt
+    pub prompt: Prompt,
+    /// shared fields
+    #[serde(flatten)]
+    pub common: Common,
+}
+
+/// `usage`
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Usage {
+    /// prompt tokens
+    pub prompt_tokens: usize,
+    /// generated tokens
+    pub completion_tokens: usize,
+    /// their sum
+    pub total_tokens: usize,
+    /// cached prompt tokens
+    pub prompt_tokens_details: CachedTokens,
+}
+
+/// `usage.prompt_tokens_details`
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct CachedTokens {
+    /// prompt tokens served from the prefix cache
+    pub cached_tokens: usize,
+}
+
+impl From<cinder_runtime::engine::Usage> for Usage {
+    fn from(u: cinder_runtime::engine::Usage) -> Self {
+        Self {
+            prompt_tokens: u.prompt_tokens,
+            completion_tokens: u.completion_tokens,
+            total_tokens: u.prompt_tokens + u.completion_tokens,
+            prompt_tokens_details: CachedTokens {
+                cached_tokens: u.cached_tokens,
+            },
+        }
+    }
+}
+
+/// The error body: `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorBody {
+    /// the error
+    pub error: ErrorDetail,
+}
+
+/// What went wrong.
+#[derive(Debug, Clone, Serialize)]
+pub struct ErrorDetail {
+    /// human-readable, names the field
+    pub message: String,
+    /// `invalid_request_error`, `authentication_error`, …
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// the request field at fault, if one is
+    pub param: Option<String>,
+    /// machine-readable code
+    pub code: Option<String>,
+}

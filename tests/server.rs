@@ -1,0 +1,488 @@
+//! `cinder serve` end to end: the real binary on loopback sockets, the real model, HTTP and gRPC
+//! clients. Greedy text over the API equals `cinder run` / `cinder chat`; errors have OpenAI's
+//! shape and status; disconnects, deadlines, overload and SIGTERM behave as documented.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+struct Server {
+    child: Child,
+    http: String,
+    grpc: Option<String>,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cinder"))
+            .args(["serve", "smollm2-135m", "--port", "0", "--grpc-port", "0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("cinder serve starts");
+        let out = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(out).lines();
+        let mut http = None;
+        let mut grpc = None;
+        while http.is_none() || (grpc.is_none() && !extra.contains(&"--no-grpc")) {
+            let line = lines
+                .next()
+                .expect("server printed its address")
+                .expect("stdout line");
+            if let Some(a) = line.strip_prefix("listening on ") {
+                http = Some(a.to_string());
+            } else if let Some(a) = line.strip_prefix("grpc listening on ") {
+                grpc = Some(format!("http://{a}"));
+            }
+        }
+        Self {
+            child,
+            http: http.unwrap_or_default(),
+            grpc,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.http)
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let r = client()
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .expect("request");
+        let status = r.status().as_u16();
+        (status, r.json().unwrap_or(Value::Null))
+    }
+
+    /// A streamed request: the `data:` payloads in order.
+    fn stream(&self, path: &str, body: &Value) -> Vec<String> {
+        let r = client()
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .expect("request");
+        assert_eq!(r.status().as_u16(), 200);
+        let ct = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        assert!(ct.starts_with("text/event-stream"), "content-type {ct}");
+        let text = r.text().expect("body");
+        text.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        let text = client()
+            .get(self.url("/metrics"))
+            .send()
+            .and_then(|r| r.text())
+            .expect("metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(f64::NAN)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("client")
+}
+
+fn cli(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_cinder"))
+        .args(args)
+        .output()
+        .expect("cinder runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = String::from_utf8_lossy(&out.stdout).to_string();
+    // `cinder run`/`chat` end the text with one newline of their own.
+    s.strip_suffix('\n').unwrap_or(&s).to_string()
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const PROMPT: &str = "The capital of France is";
+
+#[test]
+fn completions_and_chat_streamed_or_not_equal_the_cli() {
+    let s = Server::start(&[]);
+    let want = cli(&[
+        "run",
+        "smollm2-135m",
+        "--prompt",
+        PROMPT,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "16",
+    ]);
+    let body =
+        json!({"model": "smollm2-135m", "prompt": PROMPT, "max_tokens": 16, "temperature": 0});
+    let (st, v) = s.post("/v1/completions", &body);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["text"].as_str(), Some(want.as_str()));
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 16);
+    assert_eq!(v["usage"]["prompt_tokens"], 5);
+    // Streamed, with the usage chunk.
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    sbody["stream_options"] = json!({"include_usage": true});
+    let events = s.stream("/v1/completions", &sbody);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).expect("chunk JSON"))
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0).and_then(|x| x["text"].as_str()))
+        .collect();
+    assert_eq!(text, want);
+    let finish: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0).map(|x| &x["finish_reason"]))
+        .filter(|f| !f.is_null())
+        .collect();
+    assert_eq!(finish, vec![&json!("length")]);
+    let usage = chunks.last().expect("usage chunk");
+    assert_eq!(usage["choices"], json!([]));
+    assert_eq!(usage["usage"]["completion_tokens"], 16);
+
+    // Chat: the same greedy answer as `cinder chat`.
+    let q = "What is the capital of Italy?";
+    let want = cli(&[
+        "chat",
+        "smollm2-135m",
+        "--prompt",
+        q,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "24",
+    ]);
+    let body = json!({"model": "smollm2-135m", "max_tokens": 24, "temperature": 0,
+                      "messages": [{"role": "user", "content": q}]});
+    let (st, v) = s.post("/v1/chat/completions", &body);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    let got = v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(got, want);
+    let mut sbody = body.clone();
+    sbody["stream"] = json!(true);
+    let events = s.stream("/v1/chat/completions", &sbody);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).expect("chunk JSON"))
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, want);
+    // Models, health, readiness, replica header, metrics.
+    let r = client().get(s.url("/v1/models")).send().expect("models");
+    assert!(r.headers().contains_key("x-cinder-replica"));
+    let v: Value = r.json().expect("json");
+    assert_eq!(v["data"][0]["id"], "smollm2-135m");
+    assert_eq!(
+        client()
+            .get(s.url("/health"))
+            .send()
+            .expect("health")
+            .status(),
+        200
+    );
+    assert_eq!(
+        client()
+            .get(s.url("/ready"))
+            .send()
+            .expect("ready")
+            .status(),
+        200
+    );
+    assert!(s.metric("cinder_generation_tokens_total") >= 80.0);
+    assert!(s.metric("cinder_time_to_first_token_seconds_count") >= 4.0);
+}
+
+#[test]
+fn grpc_stream_gives_the_same_tokens() {
+    use cinder::server::grpc::pb::{GenerateRequest, inference_client::InferenceClient};
+    let s = Server::start(&[]);
+    let body =
+        json!({"model": "smollm2-135m", "prompt": PROMPT, "max_tokens": 16, "temperature": 0});
+    let (_, v) = s.post("/v1/completions", &body);
+    let want = v["choices"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (text, ids, finish) = rt.block_on(async {
+        let mut c = InferenceClient::connect(s.grpc.clone().expect("grpc address"))
+            .await
+            .expect("connect");
+        let mut stream = c
+            .generate(GenerateRequest {
+                prompt: PROMPT.into(),
+                max_tokens: 16,
+                ..Default::default()
+            })
+            .await
+            .expect("generate")
+            .into_inner();
+        let (mut text, mut ids, mut finish) = (String::new(), Vec::new(), String::new());
+        while let Some(m) = stream.message().await.expect("message") {
+            text.push_str(&m.text);
+            ids.extend(m.token_id);
+            if !m.finish_reason.is_empty() {
+                finish = m.finish_reason;
+            }
+        }
+        (text, ids, finish)
+    });
+    assert_eq!(text, want);
+    assert_eq!(ids.len(), 16);
+    assert_eq!(finish, "length");
+}
+
+#[test]
+fn errors_have_the_documented_status_and_body() {
+    let s = Server::start(&["--max-kv-tokens", "512", "--max-body-bytes", "4096"]);
+    let err = |st: u16, v: &Value, param: Option<&str>| {
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{v}"
+        );
+        assert!(v["error"]["type"].is_string(), "{v}");
+        if let Some(p) = param {
+            assert_eq!(v["error"]["param"], p, "{v}");
+        }
+        st
+    };
+    // Bad JSON.
+    let r = client()
+        .post(s.url("/v1/completions"))
+        .header("content-type", "application/json")
+        .body("{\"prompt\": ")
+        .send()
+        .expect("send");
+    let st = r.status().as_u16();
+    assert_eq!(err(st, &r.json().expect("json"), None), 400);
+    // Unknown model.
+    let (st, v) = s.post(
+        "/v1/completions",
+        &json!({"model": "gpt-17", "prompt": "x"}),
+    );
+    assert_eq!(err(st, &v, Some("model")), 404);
+    assert_eq!(v["error"]["code"], "model_not_found");
+    // Negative max_tokens.
+    let (st, v) = s.post("/v1/completions", &json!({"prompt": "x", "max_tokens": -3}));
+    assert_eq!(err(st, &v, Some("max_tokens")), 400);
+    // A prompt longer than the context (the KV budget here: 512 tokens).
+    let long = "word ".repeat(600);
+    let (st, v) = s.post("/v1/completions", &json!({"prompt": long}));
+    assert_eq!(err(st, &v, Some("prompt")), 400);
+    assert_eq!(v["error"]["code"], "context_length_exceeded");
+    // A body over the limit.
+    let huge = "x".repeat(10_000);
+    let (st, v) = s.post("/v1/completions", &json!({"prompt": huge}));
+    assert_eq!(err(st, &v, None), 413);
+    // Temperature out of range, empty messages.
+    let (st, v) = s.post("/v1/completions", &json!({"prompt": "x", "temperature": 7}));
+    assert_eq!(err(st, &v, Some("temperature")), 400);
+    let (st, v) = s.post("/v1/chat/completions", &json!({"messages": []}));
+    assert_eq!(err(st, &v, Some("messages")), 400);
+    // Embeddings: no embedding model on a text-generation server.
+    let (st, v) = s.post("/v1/embeddings", &json!({"input": "x"}));
+    assert_eq!(err(st, &v, None), 404);
+    assert!(s.metric("cinder_queue_depth") == 0.0);
+}
+
+#[test]
+fn api_keys_are_required_when_configured() {
+    let s = Server::start(&["--api-key", "sekret", "--no-grpc"]);
+    let body = json!({"prompt": PROMPT, "max_tokens": 2, "temperature": 0});
+    let r = client()
+        .post(s.url("/v1/completions"))
+        .json(&body)
+        .send()
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 401);
+    let v: Value = r.json().expect("json");
+    assert_eq!(v["error"]["type"], "authentication_error");
+    let r = client()
+        .post(s.url("/v1/completions"))
+        .bearer_auth("wrong")
+        .json(&body)
+        .send()
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 401);
+    let r = client()
+        .post(s.url("/v1/completions"))
+        .bearer_auth("sekret")
+        .json(&body)
+        .send()
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 200);
+    // Health and metrics stay open for probes and scrapers.
+    assert_eq!(
+        client().get(s.url("/health")).send().expect("h").status(),
+        200
+    );
+}
+
+#[test]
+fn a_disconnect_frees_the_blocks_and_a_deadline_ends_with_timeout() {
+    let s = Server::start(&["--no-grpc"]);
+    let body = json!({"prompt": "Tell me a long story.", "max_tokens": 400, "stream": true,
+                      "temperature": 0.7, "seed": 1});
+    let mut r = client()
+        .post(s.url("/v1/completions"))
+        .json(&body)
+        .send()
+        .expect("send");
+    let mut buf = [0u8; 256];
+    let n = r.read(&mut buf).expect("first bytes");
+    assert!(n > 0);
+    wait_until("a running sequence", || {
+        s.metric("cinder_running_sequences") >= 1.0
+    });
+    drop(r);
+    wait_until("blocks back in the pool", || {
+        s.metric("cinder_kv_blocks_used") == 0.0 && s.metric("cinder_running_sequences") == 0.0
+    });
+    // The per-request deadline.
+    let (st, v) = s.post(
+        "/v1/completions",
+        &json!({"prompt": "Tell me a long story.", "max_tokens": 400, "timeout": 0.3}),
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "timeout");
+    assert!(v["usage"]["completion_tokens"].as_u64().unwrap_or(400) < 400);
+}
+
+#[test]
+fn overload_gets_only_200_and_429_and_the_server_stays_ready() {
+    let s = Server::start(&["--max-seqs", "2", "--max-waiting", "2", "--no-grpc"]);
+    let url = s.url("/v1/completions");
+    let threads: Vec<_> = (0..24)
+        .map(|i| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let body = json!({"prompt": format!("Count to {i}:"), "max_tokens": 12,
+                                  "stream": true, "temperature": 0});
+                let r = client().post(&url).json(&body).send().expect("send");
+                let st = r.status().as_u16();
+                let retry = r.headers().get("retry-after").is_some();
+                let text = r.text().unwrap_or_default();
+                (st, retry, text)
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    let mut busy = 0;
+    for t in threads {
+        let (st, retry, text) = t.join().expect("thread");
+        match st {
+            200 => {
+                assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+                ok += 1;
+            }
+            429 => {
+                assert!(retry, "429 without Retry-After");
+                busy += 1;
+            }
+            other => panic!("status {other}: {text}"),
+        }
+    }
+    assert!(ok >= 2 && busy >= 1, "ok {ok}, busy {busy}");
+    wait_until("ready again", || {
+        client()
+            .get(s.url("/ready"))
+            .send()
+            .is_ok_and(|r| r.status() == 200)
+    });
+}
+
+#[test]
+fn sigterm_drains_streams_then_exits() {
+    let mut s = Server::start(&["--no-grpc"]);
+    let url = s.url("/v1/completions");
+    let t = std::thread::spawn(move || {
+        let body = json!({"prompt": PROMPT, "max_tokens": 48, "stream": true, "temperature": 0});
+        client()
+            .post(&url)
+            .json(&body)
+            .send()
+            .and_then(|r| r.text())
+    });
+    wait_until("a running sequence", || {
+        s.metric("cinder_running_sequences") >= 1.0
+    });
+    let pid = s.child.id().to_string();
+    let st = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(st.success());
+    let text = t.join().expect("thread").expect("stream survives shutdown");
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = s.child.try_wait().expect("wait") {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "server did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "exit status {status}");
+}
