@@ -203,9 +203,17 @@ fn smollm2_greedy_matches_llama_cpp() {
 
 #[test]
 fn gemma3_agrees_with_llama_cpp_within_its_noise() {
-    check_all(
-        "gemma3-270m",
-        "gemma-3-270m-q4_k_m.greedy.jsonl",
-        Bar::WithinNoise,
-    );
+    // On the primary backend only: the other backends' fallback expands Gemma's 262k-row embedding
+    // to f32 on the device (GiBs on lavapipe, minutes per run); SmolLM2 covers their code paths.
+    let kind = primary_backend();
+    eprintln!("gemma3-270m greedy on {kind}");
+    cinder::backends::dispatch(
+        kind,
+        Check {
+            model: "gemma3-270m",
+            reference: "gemma-3-270m-q4_k_m.greedy.jsonl",
+            bar: Bar::WithinNoise,
+        },
+    )
+    .expect("backend");
 }

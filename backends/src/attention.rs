@@ -151,6 +151,18 @@ pub fn attention_masked<B: Backend>(
     mask: Option<Tensor<B, 4>>,
     params: &AttentionParams,
 ) -> Tensor<B, 4> {
+    attend(q, k, v, mask, params, false)
+}
+
+/// The masked GQA attention both variants share; `f16_probs` rounds the probabilities to f16.
+fn attend<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    mask: Option<Tensor<B, 4>>,
+    params: &AttentionParams,
+    f16_probs: bool,
+) -> Tensor<B, 4> {
     let [b, h, t, d] = q.dims();
     let [_, kvh, _, _] = k.dims();
     let group = h / kvh;
@@ -167,8 +179,14 @@ pub fn attention_masked<B: Backend>(
         // Same shape as the scores: a broadcasting add would take the backends' slow strided path.
         scores = scores + mask;
     }
+    let probs = softmax(scores, 3);
+    let probs = if f16_probs {
+        round_to_f16(probs)
+    } else {
+        probs
+    };
     // [b, kvh, group·t, d] -> [b, h, t, d]
-    softmax(scores, 3).matmul(v).reshape([b, h, t, d])
+    probs.matmul(v).reshape([b, h, t, d])
 }
 
 /// What a mask depends on: `[b, kvh, group·t, total]` shape, the first query's position, the window.
@@ -500,24 +518,13 @@ fn attention_f16_probs<B: Backend>(
     past: usize,
     params: &AttentionParams,
 ) -> Tensor<B, 4> {
-    let [b, h, t, d] = q.dims();
+    let [b, h, t, _] = q.dims();
     let [_, kvh, total, _] = k.dims();
-    let group = h / kvh;
     let mask = causal_mask::<B>(
-        ([b, kvh, group * t, total], past, params.sliding_window),
+        ([b, kvh, (h / kvh) * t, total], past, params.sliding_window),
         &q.device(),
     );
-    let q = q.reshape([b, kvh, group * t, d]);
-    let mut scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(params.scale);
-    if let Some(cap) = params.softcap {
-        scores = scores.div_scalar(cap).tanh().mul_scalar(cap);
-    }
-    if let Some(mask) = mask {
-        scores = scores + mask;
-    }
-    round_to_f16(softmax(scores, 3))
-        .matmul(v)
-        .reshape([b, h, t, d])
+    attend(q, k, v, mask, params, true)
 }
 
 /// Allocates a fallback store (zeros, on the device).
