@@ -56,6 +56,7 @@ struct Tally {
     ttft_ms: Vec<f64>,
     tokens: usize,
     ok: usize,
+    empty: usize,
     failed: usize,
     statuses: std::collections::BTreeMap<u16, usize>,
 }
@@ -136,10 +137,15 @@ fn main() -> Result<()> {
                     n += a.clients;
                     let mut t = tally.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
                     match r {
-                        Ok((200, Some(ttft), tokens)) => {
+                        // A 200 with no text (the model ended at once) is a success without a TTFT.
+                        Ok((200, ttft, tokens)) => {
                             t.ok += 1;
                             t.tokens += tokens;
-                            t.ttft_ms.push(ttft.as_secs_f64() * 1e3);
+                            if let Some(ttft) = ttft {
+                                t.ttft_ms.push(ttft.as_secs_f64() * 1e3);
+                            } else {
+                                t.empty += 1;
+                            }
                             *t.statuses.entry(200).or_insert(0) += 1;
                         }
                         Ok((s, _, _)) => {
@@ -164,7 +170,7 @@ fn main() -> Result<()> {
         println!(
             "{}",
             serde_json::json!({"clients": a.clients, "seconds": wall, "requests_ok": t.ok,
-                "requests_failed": t.failed, "statuses": t.statuses, "tokens": t.tokens,
+                "requests_failed": t.failed, "requests_empty": t.empty, "statuses": t.statuses, "tokens": t.tokens,
                 "tokens_per_s": tps, "ttft_ms_p50": p50, "ttft_ms_p99": p99})
         );
     } else {
