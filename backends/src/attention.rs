@@ -134,13 +134,25 @@ pub fn attention<B: Backend>(
     past: usize,
     params: &AttentionParams,
 ) -> Tensor<B, 4> {
+    attention_with(q, k, v, past, params, false)
+}
+
+/// [`attention`], optionally with the softmax probabilities rounded to f16 (`f16_probs`).
+fn attention_with<B: Backend>(
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    past: usize,
+    params: &AttentionParams,
+    f16_probs: bool,
+) -> Tensor<B, 4> {
     let [b, h, t, _] = q.dims();
     let [_, kvh, total, _] = k.dims();
     let mask = causal_mask::<B>(
         ([b, kvh, (h / kvh) * t, total], past, params.sliding_window),
         &q.device(),
     );
-    attention_masked(q, k, v, mask, params)
+    attend(q, k, v, mask, params, f16_probs)
 }
 
 /// [`attention`] with its additive mask already built (see [`causal_mask`]).
@@ -509,24 +521,6 @@ fn attend_group<D>(
     out
 }
 
-/// [`attention_masked`] with the softmax probabilities rounded to f16 before the product with V, as
-/// the CPU kernel (and llama.cpp with an f16 V cache) rounds them.
-fn attention_f16_probs<B: Backend>(
-    q: Tensor<B, 4>,
-    k: Tensor<B, 4>,
-    v: Tensor<B, 4>,
-    past: usize,
-    params: &AttentionParams,
-) -> Tensor<B, 4> {
-    let [b, h, t, _] = q.dims();
-    let [_, kvh, total, _] = k.dims();
-    let mask = causal_mask::<B>(
-        ([b, kvh, (h / kvh) * t, total], past, params.sliding_window),
-        &q.device(),
-    );
-    attend(q, k, v, mask, params, true)
-}
-
 /// Allocates a fallback store (zeros, on the device).
 pub fn dense_kv_alloc<B: Backend>(
     shape: KvShape,
@@ -609,12 +603,14 @@ pub fn dense_paged_attention<B: Backend>(
                 .swap_dims(1, 2)
         };
         let qs = round_to_f16(q.clone().narrow(2, s.q_start, s.q_len));
-        outs.push(attention_f16_probs(
+        // Probabilities rounded to f16 before the product with V, as the CPU kernel does.
+        outs.push(attention_with(
             qs,
             gather(ks),
             gather(vs),
             s.past,
             params,
+            true,
         ));
     }
     Tensor::cat(outs, 2)
