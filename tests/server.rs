@@ -486,3 +486,75 @@ fn sigterm_drains_streams_then_exits() {
     };
     assert!(status.success(), "exit status {status}");
 }
+
+/// The official OpenAI Python client, unchanged, against `cinder serve` (chat, streamed chat with
+/// usage, completions, models, error classes). The client is installed by pip into Cinder's cache
+/// (`$CINDER_HOME/python`), as the catalog installs models: pinned, reused across runs.
+#[test]
+fn the_official_openai_python_client_works_unchanged() {
+    let home = std::env::var("CINDER_HOME").map_or_else(
+        |_| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| ".".into()))
+                .join(".cache/cinder")
+        },
+        std::path::PathBuf::from,
+    );
+    let site = home.join("python/openai-3.57.0");
+    if !site.join("openai").exists() {
+        let st = Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--target",
+            ])
+            .arg(&site)
+            .arg("openai==3.57.0")
+            .status()
+            .expect("python3 -m pip runs (the model catalog needs it too)");
+        assert!(st.success(), "pip could not install the openai client");
+    }
+    let s = Server::start(&["--no-grpc"]);
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/openai_python.py"
+    );
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(&s.http)
+        .arg("smollm2-135m")
+        .env("PYTHONPATH", &site)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("script prints JSON");
+    let want = cli(&[
+        "run",
+        "smollm2-135m",
+        "--prompt",
+        PROMPT,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "8",
+    ]);
+    assert_eq!(v["completion_text"].as_str(), Some(want.as_str()));
+    assert!(v["chat_text"].as_str().is_some_and(|t| !t.is_empty()));
+    assert_eq!(
+        v["chat_text"], v["stream_text"],
+        "streamed chat differs: {v}"
+    );
+    assert_eq!(v["chat_finish"], "length");
+    assert_eq!(v["stream_finish"], "length");
+    assert_eq!(v["chat_usage"], 16);
+    assert_eq!(v["stream_usage"], 16);
+    assert_eq!(v["models"], json!(["smollm2-135m"]));
+    assert_eq!(v["not_found"], 404);
+    assert_eq!(v["bad_request"], 400);
+}
