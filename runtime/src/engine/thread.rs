@@ -130,6 +130,12 @@ impl Engine {
     {
         let blocks = kv_blocks(&model, &cfg)?;
         let max_request_tokens = (blocks * cfg.block_size).min(model.context_length());
+        // Pin the size: a default derived from free memory must not change between this check and
+        // the allocation on the engine thread (the handle admits requests by this capacity).
+        let cfg = EngineConfig {
+            kv_budget: Some(crate::kv::KvBudget::Tokens(blocks * cfg.block_size)),
+            ..cfg
+        };
         let shared = Arc::new(Shared {
             inbox: Mutex::new(Inbox::default()),
             wake: Condvar::new(),
