@@ -153,6 +153,24 @@ impl Metrics {
             st.prefix_hit_tokens as f64,
         );
         gauge(
+            "cinder_prefix_cache_miss_tokens_total",
+            "Prompt tokens not found in the prefix cache (computed).",
+            "counter",
+            st.prefix_queried_tokens.saturating_sub(st.prefix_hit_tokens) as f64,
+        );
+        gauge(
+            "cinder_prefix_cache_hit_blocks_total",
+            "Full prompt blocks served from the prefix cache.",
+            "counter",
+            st.prefix_hit_blocks as f64,
+        );
+        gauge(
+            "cinder_prefix_cache_miss_blocks_total",
+            "Full prompt blocks not found in the prefix cache.",
+            "counter",
+            st.prefix_queried_blocks.saturating_sub(st.prefix_hit_blocks) as f64,
+        );
+        gauge(
             "cinder_preemptions_total",
             "Sequences preempted for lack of KV blocks.",
             "counter",
@@ -231,5 +249,25 @@ mod tests {
         );
         assert!(text.contains("cinder_replica_info{replica=\"r1\"} 1"));
         assert!(text.contains("cinder_queue_depth 0"));
+    }
+
+    #[test]
+    fn prefix_cache_hits_and_misses_in_blocks_and_tokens() {
+        let st = EngineStats {
+            prefix_queried_tokens: 100,
+            prefix_hit_tokens: 64,
+            prefix_queried_blocks: 6,
+            prefix_hit_blocks: 4,
+            ..EngineStats::default()
+        };
+        let text = Metrics::default().render(&st, "r1");
+        for line in [
+            "cinder_prefix_cache_hit_tokens_total 64",
+            "cinder_prefix_cache_miss_tokens_total 36",
+            "cinder_prefix_cache_hit_blocks_total 4",
+            "cinder_prefix_cache_miss_blocks_total 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line:?}");
+        }
     }
 }

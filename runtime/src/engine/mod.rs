@@ -192,6 +192,10 @@ pub struct EngineStats {
     pub prefix_queried_tokens: u64,
     /// of those, found cached
     pub prefix_hit_tokens: u64,
+    /// full prompt blocks looked up in the prefix cache
+    pub prefix_queried_blocks: u64,
+    /// of those, found cached
+    pub prefix_hit_blocks: u64,
     /// preemptions so far
     pub preemptions: u64,
     /// forwards run
@@ -528,6 +532,8 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         s.kv_bytes = self.cache.bytes();
         s.prefix_queried_tokens = p.queried_tokens;
         s.prefix_hit_tokens = p.hit_tokens;
+        s.prefix_queried_blocks = p.queried_blocks;
+        s.prefix_hit_blocks = p.hit_blocks;
         s.preemptions = self.sched.preemptions();
     }
 }
