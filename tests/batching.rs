@@ -301,6 +301,11 @@ impl BackendTask for BadRequests {
             0,
             "refused requests must not hold queue slots"
         );
+        // Liveness follows the engine thread: /health reports a stopped engine.
+        assert!(h.is_alive());
+        engine.shutdown();
+        assert!(!h.is_alive(), "a stopped engine must not report alive");
+        assert!(err(Request::greedy(vec![1, 2], 4)).contains("shut down"));
     }
 }
 

@@ -102,8 +102,16 @@ async fn not_found() -> ApiError {
     .code("not_found")
 }
 
-async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// Liveness: 200 while the engine thread runs; 503 once it has died (restart the process).
+async fn health(State(s): State<AppState>) -> Response {
+    if !s.engine.is_alive() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "engine stopped"})),
+        )
+            .into_response();
+    }
+    Json(json!({"status": "ok"})).into_response()
 }
 
 async fn ready(State(s): State<AppState>) -> Response {
@@ -111,6 +119,13 @@ async fn ready(State(s): State<AppState>) -> Response {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({"status": "draining"})),
+        )
+            .into_response();
+    }
+    if !s.engine.is_alive() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "engine stopped"})),
         )
             .into_response();
     }

@@ -156,7 +156,8 @@ impl Metrics {
             "cinder_prefix_cache_miss_tokens_total",
             "Prompt tokens not found in the prefix cache (computed).",
             "counter",
-            st.prefix_queried_tokens.saturating_sub(st.prefix_hit_tokens) as f64,
+            st.prefix_queried_tokens
+                .saturating_sub(st.prefix_hit_tokens) as f64,
         );
         gauge(
             "cinder_prefix_cache_hit_blocks_total",
@@ -168,7 +169,8 @@ impl Metrics {
             "cinder_prefix_cache_miss_blocks_total",
             "Full prompt blocks not found in the prefix cache.",
             "counter",
-            st.prefix_queried_blocks.saturating_sub(st.prefix_hit_blocks) as f64,
+            st.prefix_queried_blocks
+                .saturating_sub(st.prefix_hit_blocks) as f64,
         );
         gauge(
             "cinder_preemptions_total",

@@ -34,6 +34,8 @@ struct Shared {
     inbox: Mutex<Inbox>,
     wake: Condvar,
     shutdown: AtomicBool,
+    /// False once the engine thread has ended (shut down, or died): liveness probes report it.
+    alive: AtomicBool,
     counters: Arc<Counters>,
     stats: Mutex<EngineStats>,
     next_id: AtomicU64,
@@ -108,6 +110,11 @@ impl EngineHandle {
         self.shared.max_request_tokens
     }
 
+    /// Whether the engine thread is running (false after shutdown or if it died).
+    pub fn is_alive(&self) -> bool {
+        self.shared.alive.load(Ordering::SeqCst)
+    }
+
     /// Whether the waiting queue has room.
     pub fn has_capacity(&self) -> bool {
         self.shared.counters.waiting.load(Ordering::SeqCst) < self.shared.max_waiting
@@ -140,6 +147,7 @@ impl Engine {
             inbox: Mutex::new(Inbox::default()),
             wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
+            alive: AtomicBool::new(true),
             counters: Arc::new(Counters::default()),
             stats: Mutex::new(EngineStats::default()),
             next_id: AtomicU64::new(0),
@@ -152,6 +160,14 @@ impl Engine {
         let thread = std::thread::Builder::new()
             .name("cinder-engine".into())
             .spawn(move || {
+                // Marks the engine dead however the thread ends, a panic included.
+                struct Alive<'a>(&'a AtomicBool);
+                impl Drop for Alive<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(false, Ordering::SeqCst);
+                    }
+                }
+                let _alive = Alive(&sh.alive);
                 let counters = sh.counters.clone();
                 let mut core = match EngineCore::<B, M>::with_counters(&model, &tok, cfg, counters)
                 {
