@@ -53,6 +53,14 @@ pub enum RuntimeError {
     /// The engine has stopped.
     #[error("the engine has shut down")]
     EngineStopped,
+    /// A saved-logits file (KL-divergence base) is unreadable, corrupt or does not match the run.
+    #[error("logits file {path}: {reason}")]
+    LogitsFile {
+        /// the file
+        path: String,
+        /// what is wrong
+        reason: String,
+    },
     /// The GGUF-level error (tokenizer metadata, dequantization).
     #[error(transparent)]
     Gguf(#[from] cinder_gguf::GgufError),

@@ -5,6 +5,8 @@
 //! half (positions `ctx/2 .. ctx-1` predicting the next token), so every prediction has at least `ctx/2`
 //! tokens of context. PPL = exp(mean NLL); the ± is llama.cpp's standard error of that estimate.
 
+pub mod kld;
+
 use crate::attention::ContiguousKvCache;
 use crate::error::{Result, RuntimeError};
 use crate::generate::{logits_to_vec, token_tensor};
@@ -42,6 +44,18 @@ pub fn perplexity<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     tokens: &[u32],
     opts: PerplexityOptions,
     on_chunk: &mut dyn FnMut(usize, usize, f64),
+) -> Result<Perplexity> {
+    perplexity_rows(model, tokens, opts, on_chunk, &mut |_, _| Ok(()))
+}
+
+/// [`perplexity`], handing every scored position's logits (`[vocab]`) and target token to
+/// `on_row`, in order (chunk by chunk, position by position): what KL-divergence runs compare.
+pub fn perplexity_rows<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
+    model: &M,
+    tokens: &[u32],
+    opts: PerplexityOptions,
+    on_chunk: &mut dyn FnMut(usize, usize, f64),
+    on_row: &mut dyn FnMut(&[f32], u32) -> Result<()>,
 ) -> Result<Perplexity> {
     let ctx = opts.ctx;
     if ctx < 4 {
@@ -86,6 +100,7 @@ pub fn perplexity<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
             let row = &logits[j * vocab..(j + 1) * vocab];
             // position first + j predicts the original token at first + j + 1
             let target = tokens[c * ctx + first + j + 1];
+            on_row(row, target)?;
             let lp = log_prob(row, target);
             nll -= lp;
             nll2 += lp * lp;
@@ -102,5 +117,98 @@ pub fn perplexity<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
         stderr: var.sqrt() * ppl,
         tokens: count,
         chunks: n_chunks,
+    })
+}
+
+/// What [`evaluate`] measured.
+#[derive(Debug, Clone)]
+pub struct Evaluation {
+    /// perplexity of the model
+    pub perplexity: Perplexity,
+    /// its distributions, when asked to keep them (a base for later KL-divergence runs)
+    pub saved: Option<kld::BaseLogits>,
+    /// the comparison against a base, when one was given
+    pub kld: Option<kld::KldReport>,
+}
+
+/// Perplexity, optionally keeping the model's top-`save_top_k` distributions and optionally
+/// comparing every position against `base` (which must come from the same text, tokenized the same
+/// way, at the same ctx: checked, with the difference named).
+pub fn evaluate<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
+    model: &M,
+    tokens: &[u32],
+    mut opts: PerplexityOptions,
+    save_top_k: Option<usize>,
+    base: Option<&kld::BaseLogits>,
+    on_chunk: &mut dyn FnMut(usize, usize, f64),
+) -> Result<Evaluation> {
+    let mismatch = |reason: String| RuntimeError::LogitsFile {
+        path: "(base)".into(),
+        reason,
+    };
+    if let Some(b) = base {
+        if b.ctx() != opts.ctx {
+            return Err(mismatch(format!(
+                "saved at ctx {}, this run uses ctx {}",
+                b.ctx(),
+                opts.ctx
+            )));
+        }
+        if b.vocab() != model.vocab_size() {
+            return Err(mismatch(format!(
+                "saved from a vocabulary of {}, this model has {}",
+                b.vocab(),
+                model.vocab_size()
+            )));
+        }
+        let n = b.tokens().len();
+        if tokens.get(..n) != Some(b.tokens()) {
+            return Err(mismatch(
+                "the text tokenizes differently (another text, or another tokenizer)".into(),
+            ));
+        }
+        opts.max_chunks = Some(n / opts.ctx);
+    }
+    let available = tokens.len() / opts.ctx.max(1);
+    let chunks = opts.max_chunks.map_or(available, |m| m.min(available));
+    let mut saved = match save_top_k {
+        Some(k) => Some(kld::BaseLogits::new(
+            model.vocab_size(),
+            opts.ctx,
+            k,
+            tokens[..(chunks * opts.ctx).min(tokens.len())].to_vec(),
+        )?),
+        None => None,
+    };
+    let mut acc = kld::KldAccumulator::default();
+    let mut row = 0usize;
+    let perplexity = perplexity_rows(model, tokens, opts, on_chunk, &mut |logits, target| {
+        if let Some(s) = saved.as_mut() {
+            s.push_row(logits, target)?;
+        }
+        if let Some(b) = base {
+            if row >= b.rows() {
+                return Err(mismatch(format!(
+                    "holds {} positions, fewer than scored",
+                    b.rows()
+                )));
+            }
+            acc.add(b.row(row), logits, target);
+        }
+        row += 1;
+        Ok(())
+    })?;
+    if let Some(b) = base
+        && row != b.rows()
+    {
+        return Err(mismatch(format!(
+            "holds {} positions, this run scored {row}",
+            b.rows()
+        )));
+    }
+    Ok(Evaluation {
+        perplexity,
+        saved,
+        kld: base.map(|_| acc.report()),
     })
 }

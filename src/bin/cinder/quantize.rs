@@ -28,7 +28,8 @@ pub struct QuantizeArgs {
     pub allow_requantize: bool,
 }
 
-fn target(name: &str) -> Result<(GgmlType, u32)> {
+/// The block type named `name` and llama.cpp's `general.file_type` for a file mostly of it.
+pub fn target(name: &str) -> Result<(GgmlType, u32)> {
     // (type, llama.cpp's general.file_type for a file "mostly" of it)
     Ok(match name.to_ascii_lowercase().as_str() {
         "f16" => (GgmlType::F16, 1),
@@ -52,9 +53,38 @@ fn is_float(ty: GgmlType) -> bool {
 
 /// Runs the command.
 pub fn run(a: &QuantizeArgs) -> Result<()> {
-    let (ty, file_type) = target(&a.ty)?;
     let path = crate::resolve_model(&a.input)?;
-    let src = GgufFile::open(&path).with_context(|| format!("reading {}", path.display()))?;
+    let c = convert(&path, &a.output, &a.ty, a.allow_requantize)?;
+    println!(
+        "{} -> {}: {} tensors to {}, {} kept",
+        path.display(),
+        a.output.display(),
+        c.converted,
+        c.ty.name(),
+        c.kept
+    );
+    Ok(())
+}
+
+/// What [`convert`] did.
+pub struct Converted {
+    /// the target type
+    pub ty: GgmlType,
+    /// tensors converted to it
+    pub converted: usize,
+    /// tensors kept as they were
+    pub kept: usize,
+}
+
+/// Writes `output`: `path`'s GGUF with its weight matrices in type `ty_name`.
+pub fn convert(
+    path: &std::path::Path,
+    output: &std::path::Path,
+    ty_name: &str,
+    allow_requantize: bool,
+) -> Result<Converted> {
+    let (ty, file_type) = target(ty_name)?;
+    let src = GgufFile::open(path).with_context(|| format!("reading {}", path.display()))?;
     let mut w = GgufWriter::new();
     for key in src.keys() {
         let Some(v) = src.get(key) else { continue };
@@ -85,7 +115,7 @@ pub fn run(a: &QuantizeArgs) -> Result<()> {
             kept += 1;
             continue;
         }
-        if !is_float(info.ggml_type) && !a.allow_requantize {
+        if !is_float(info.ggml_type) && !allow_requantize {
             bail!(
                 "tensor {} is already {}: pass --allow-requantize to requantize it to {} through f32",
                 info.name,
@@ -99,7 +129,7 @@ pub fn run(a: &QuantizeArgs) -> Result<()> {
         w.add_tensor(info.name.clone(), &info.dims, ty, data)?;
         converted += 1;
     }
-    let tmp = a.output.with_extension("gguf.partial");
+    let tmp = output.with_extension("gguf.partial");
     {
         let f =
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
@@ -107,12 +137,10 @@ pub fn run(a: &QuantizeArgs) -> Result<()> {
         w.write_to(&mut f)?;
         f.flush()?;
     }
-    std::fs::rename(&tmp, &a.output)?;
-    println!(
-        "{} -> {}: {converted} tensors to {}, {kept} kept",
-        path.display(),
-        a.output.display(),
-        ty.name()
-    );
-    Ok(())
+    std::fs::rename(&tmp, output)?;
+    Ok(Converted {
+        ty,
+        converted,
+        kept,
+    })
 }
