@@ -31,6 +31,8 @@ pub struct GenerateOptions {
     pub stop_on_eos: bool,
     /// Context size to allocate (prompt + new tokens must fit).
     pub context: usize,
+    /// Speculative decoding by prompt lookup (`None`: off). The output is the same either way.
+    pub speculative: Option<crate::engine::SpeculativeConfig>,
 }
 
 impl Default for GenerateOptions {
@@ -41,6 +43,7 @@ impl Default for GenerateOptions {
             stop_strings: Vec::new(),
             stop_on_eos: true,
             context: 4096,
+            speculative: None,
         }
     }
 }
@@ -155,6 +158,7 @@ pub fn generate<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
         max_waiting: 1,
         default_timeout: None,
         prefix_caching: false,
+        speculative: opts.speculative,
         ..EngineConfig::default()
     };
     let mut core = EngineCore::<B, M>::new(model, tok, cfg)?;

@@ -100,13 +100,60 @@ impl Sampler {
 
     /// Picks the next token from `logits` (one per vocabulary entry) given the tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32> {
+        match self.distribution(logits, history)? {
+            Dist::Greedy(t) => Ok(t),
+            Dist::Candidates(cand, probs) => {
+                let r: f32 = self.rng.random::<f32>();
+                Ok(draw(&cand, &probs, r))
+            }
+        }
+    }
+
+    /// Speculative decoding's verification of a drafted token `draft` (proposed deterministically,
+    /// e.g. by prompt lookup): `Ok(None)` accepts it, `Ok(Some(t))` rejects it and returns the token
+    /// to emit instead. Greedy: accepted exactly when it is the argmax, so the output equals
+    /// non-speculative decoding token for token. Sampling: accepted with probability p(draft),
+    /// otherwise a token is drawn from p with the draft removed, renormalized — the standard
+    /// rejection rule for a one-hot draft distribution, which leaves every emitted token
+    /// distributed exactly as `sample` would draw it.
+    pub fn verify(&mut self, logits: &[f32], history: &[u32], draft: u32) -> Result<Option<u32>> {
+        match self.distribution(logits, history)? {
+            Dist::Greedy(t) => Ok((t != draft).then_some(t)),
+            Dist::Candidates(cand, mut probs) => {
+                let pd = cand
+                    .iter()
+                    .position(|&c| c == draft)
+                    .map_or(0.0, |i| probs[i]);
+                let u: f32 = self.rng.random::<f32>();
+                if u < pd {
+                    return Ok(None);
+                }
+                let rest = 1.0 - pd;
+                if let Some(i) = cand.iter().position(|&c| c == draft) {
+                    probs[i] = 0.0;
+                }
+                if rest <= 0.0 {
+                    // p(draft) rounded to 1: nothing else can be drawn.
+                    return Ok(None);
+                }
+                for p in &mut probs {
+                    *p /= rest;
+                }
+                let r: f32 = self.rng.random::<f32>();
+                Ok(Some(draw(&cand, &probs, r)))
+            }
+        }
+    }
+
+    /// The distribution `sample` draws from: penalties, top-k, top-p, min-p, temperature.
+    fn distribution(&self, logits: &[f32], history: &[u32]) -> Result<Dist> {
         if logits.is_empty() {
             return Err(RuntimeError::Sampling("empty logits".into()));
         }
         let mut logits = logits.to_vec();
         self.apply_penalty(&mut logits, history);
         if self.params.temperature == 0.0 {
-            return Ok(argmax(&logits));
+            return Ok(Dist::Greedy(argmax(&logits)));
         }
         // Candidates sorted by logit, descending (ties: lower id first, for determinism).
         let mut cand: Vec<(u32, f32)> = logits
@@ -149,18 +196,11 @@ impl Sampler {
             keep = n.max(1);
         }
         cand.truncate(keep.max(1));
-
         let probs = softmax_of(&cand, self.params.temperature);
-        let r: f32 = self.rng.random::<f32>();
-        let mut acc = 0.0f32;
-        for (i, p) in probs.iter().enumerate() {
-            acc += p;
-            if r < acc {
-                return Ok(cand[i].0);
-            }
-        }
-        // Rounding left `acc` a hair under 1: the last candidate takes the remainder.
-        Ok(cand[cand.len() - 1].0)
+        Ok(Dist::Candidates(
+            cand.into_iter().map(|(t, _)| t).collect(),
+            probs,
+        ))
     }
 
     fn apply_penalty(&self, logits: &mut [f32], history: &[u32]) {
@@ -179,6 +219,31 @@ impl Sampler {
             }
         }
     }
+}
+
+/// What a sampler draws from.
+enum Dist {
+    /// temperature 0: this token
+    Greedy(u32),
+    /// candidates (most probable first) and their probabilities
+    Candidates(Vec<u32>, Vec<f32>),
+}
+
+/// The candidate whose cumulative probability first exceeds `r` in [0, 1).
+fn draw(cand: &[u32], probs: &[f32], r: f32) -> u32 {
+    let mut acc = 0.0f32;
+    for (i, p) in probs.iter().enumerate() {
+        acc += p;
+        if r < acc {
+            return cand[i];
+        }
+    }
+    // Rounding left `acc` a hair under 1: the last candidate with mass takes the remainder.
+    cand.iter()
+        .zip(probs)
+        .rev()
+        .find(|(_, p)| **p > 0.0)
+        .map_or(cand[cand.len() - 1], |(c, _)| *c)
 }
 
 /// Index of the largest logit (lowest index on ties; NaN never wins).
@@ -365,5 +430,82 @@ mod tests {
         let p = softmax(&logits);
         assert!((p.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         assert!((log_prob(&logits, 1).exp() as f32 - p[1]).abs() < 1e-6);
+    }
+}
+
+#[cfg(test)]
+mod speculative_tests {
+    use super::*;
+
+    /// Emitted-token frequencies of `trials` verifications of `draft` against fixed logits
+    /// (a 6-token "model"), against the probabilities `sample` draws from.
+    fn verify_frequencies(params: SamplingParams, logits: &[f32], draft: u32, trials: usize) {
+        let mut want = vec![0usize; logits.len()];
+        let mut got = vec![0usize; logits.len()];
+        let mut plain = Sampler::new(params.clone()).expect("sampler");
+        let mut spec = Sampler::new(SamplingParams {
+            seed: params.seed ^ 0x5eed,
+            ..params
+        })
+        .expect("sampler");
+        for _ in 0..trials {
+            want[plain.sample(logits, &[]).expect("sample") as usize] += 1;
+            let t = spec
+                .verify(logits, &[], draft)
+                .expect("verify")
+                .unwrap_or(draft);
+            got[t as usize] += 1;
+        }
+        // Two independent samples of the same multinomial: every frequency within 4.5 standard
+        // errors of the difference (a false alarm is < 1e-4 per test run).
+        for (i, (&w, &g)) in want.iter().zip(&got).enumerate() {
+            let (pw, pg) = (w as f64 / trials as f64, g as f64 / trials as f64);
+            let p = (pw + pg) / 2.0;
+            let se = (2.0 * p * (1.0 - p) / trials as f64).sqrt().max(1e-9);
+            assert!(
+                (pw - pg).abs() <= 4.5 * se + 1e-12,
+                "token {i}: sample {pw:.4} vs speculative {pg:.4} (draft {draft})"
+            );
+        }
+    }
+
+    #[test]
+    fn rejection_sampling_keeps_the_target_distribution() {
+        let logits = [2.0f32, 1.5, 0.3, -0.5, 1.0, -2.0];
+        let base = SamplingParams {
+            temperature: 0.8,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 7,
+            ..SamplingParams::default()
+        };
+        // A likely draft, an unlikely one, and one truncated away by top-k.
+        for draft in [0u32, 3, 5] {
+            verify_frequencies(base.clone(), &logits, draft, 40_000);
+        }
+        let truncated = SamplingParams {
+            top_k: 3,
+            top_p: 0.9,
+            ..base
+        };
+        verify_frequencies(truncated.clone(), &logits, 1, 40_000);
+        verify_frequencies(truncated, &logits, 5, 40_000);
+    }
+
+    #[test]
+    fn greedy_verification_accepts_exactly_the_argmax() {
+        let logits = [0.1f32, 3.0, 2.9, -1.0];
+        let mut s = Sampler::new(SamplingParams::greedy()).expect("sampler");
+        assert_eq!(s.verify(&logits, &[], 1).expect("verify"), None);
+        assert_eq!(s.verify(&logits, &[], 2).expect("verify"), Some(1));
+        // The repetition penalty applies as in `sample`.
+        let mut p = Sampler::new(SamplingParams {
+            repeat_penalty: 1.5,
+            ..SamplingParams::greedy()
+        })
+        .expect("sampler");
+        assert_eq!(p.verify(&logits, &[1], 1).expect("verify"), Some(2));
+        assert_eq!(p.sample(&logits, &[1]).expect("sample"), 2);
     }
 }

@@ -173,6 +173,18 @@ impl Metrics {
                 .saturating_sub(st.prefix_hit_blocks) as f64,
         );
         gauge(
+            "cinder_spec_draft_tokens_total",
+            "Speculative tokens proposed (prompt lookup) and verified.",
+            "counter",
+            st.spec_draft_tokens as f64,
+        );
+        gauge(
+            "cinder_spec_accepted_tokens_total",
+            "Speculative tokens accepted (acceptance rate = accepted / draft).",
+            "counter",
+            st.spec_accepted_tokens as f64,
+        );
+        gauge(
             "cinder_preemptions_total",
             "Sequences preempted for lack of KV blocks.",
             "counter",

@@ -26,7 +26,9 @@ use crate::sampler::{Sampler, SamplingParams};
 use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
 use crate::tokenizer::{Detokenizer, Tokenizer};
 
+pub mod spec;
 mod thread;
+pub use spec::SpeculativeConfig;
 pub use thread::{Engine, EngineHandle};
 
 /// Engine settings.
@@ -44,6 +46,8 @@ pub struct EngineConfig {
     pub default_timeout: Option<Duration>,
     /// Reuse cached KV blocks of identical prompt prefixes.
     pub prefix_caching: bool,
+    /// Speculative decoding by prompt lookup (`None`: off).
+    pub speculative: Option<SpeculativeConfig>,
 }
 
 impl Default for EngineConfig {
@@ -55,6 +59,7 @@ impl Default for EngineConfig {
             max_waiting: 64,
             default_timeout: Some(Duration::from_secs(600)),
             prefix_caching: true,
+            speculative: None,
         }
     }
 }
@@ -206,6 +211,10 @@ pub struct EngineStats {
     pub generated_tokens: u64,
     /// requests finished, by any reason
     pub finished: u64,
+    /// speculative tokens proposed and verified
+    pub spec_draft_tokens: u64,
+    /// of those, accepted
+    pub spec_accepted_tokens: u64,
 }
 
 struct Live {
@@ -411,6 +420,7 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
     /// Runs one step; returns the number of tokens in its forward (0: nothing to do).
     pub fn step(&mut self) -> Result<usize> {
         self.reap();
+        self.propose_drafts();
         let plan = self.sched.schedule();
         for id in &plan.admitted {
             if let Some(l) = self.live.get_mut(id)
@@ -425,23 +435,62 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
             return Ok(0);
         }
         let sampled = self.forward(&plan)?;
-        self.sched.update(&plan, &sampled);
+        self.sched.update_many(&plan, &sampled);
         for s in &plan.seqs {
             let l = self.live.get(&s.id);
             if l.is_some_and(|l| l.generated == 0) {
                 self.stats.prompt_tokens_computed += s.tokens.len() as u64;
             }
+            if s.drafts > 0 {
+                self.stats.spec_draft_tokens += s.drafts as u64;
+                let n = sampled
+                    .iter()
+                    .find(|(id, _)| *id == s.id)
+                    .map_or(0, |t| t.1.len());
+                self.stats.spec_accepted_tokens += n.saturating_sub(1) as u64;
+            }
         }
-        for (id, tok) in sampled {
-            self.emit(id, tok);
+        for (id, toks) in sampled {
+            for tok in toks {
+                // A token may end the request (EOS, stop string, length): drop the rest.
+                if !self.live.contains_key(&id) {
+                    break;
+                }
+                self.emit(id, tok);
+            }
         }
         self.stats.steps += 1;
         self.refresh_stats();
         Ok(plan.tokens())
     }
 
-    /// One forward over the plan; samples the sequences that asked.
-    fn forward(&mut self, plan: &StepPlan) -> Result<Vec<(SeqId, u32)>> {
+    /// Proposes prompt-lookup drafts for the decoding sequences (speculative decoding on).
+    fn propose_drafts(&mut self) {
+        let Some(cfg) = self.cfg.speculative else {
+            return;
+        };
+        let running: Vec<SeqId> = self.sched.running().to_vec();
+        for id in running {
+            let Some(l) = self.live.get(&id) else {
+                continue;
+            };
+            // After the first token, and never past the request's length: a step emits at most
+            // drafts + 1 tokens.
+            let room = l.max_tokens.saturating_sub(l.generated + 1);
+            if l.generated == 0 || room == 0 {
+                continue;
+            }
+            let mut d = spec::ngram_draft(self.sched.tokens(id), &cfg);
+            d.truncate(room);
+            if !d.is_empty() && d.len() >= cfg.min_draft_tokens.min(cfg.draft_tokens) {
+                self.sched.set_drafts(id, d);
+            }
+        }
+    }
+
+    /// One forward over the plan; samples the sequences that asked (a speculative sequence gets
+    /// its accepted drafts and the token after them).
+    fn forward(&mut self, plan: &StepPlan) -> Result<Vec<(SeqId, Vec<u32>)>> {
         self.cache.copy_blocks(&plan.copies);
         let mut seqs = Vec::with_capacity(plan.seqs.len());
         let mut ids: Vec<i32> = Vec::with_capacity(plan.tokens());
@@ -455,7 +504,8 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
             });
             ids.extend(s.tokens.iter().map(|&t| t as i32));
             if s.sample {
-                rows.push(ids.len() - 1);
+                // The last token's row, and one row per draft before it.
+                rows.extend(ids.len() - 1 - s.drafts..ids.len());
             }
         }
         let t = ids.len();
@@ -476,15 +526,27 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         }
         let host = logits_to_vec(logits)?;
         let vocab = host.len() / n;
-        let mut out = Vec::with_capacity(n);
-        for (k, s) in plan.seqs.iter().filter(|s| s.sample).enumerate() {
+        let mut out = Vec::with_capacity(plan.seqs.len());
+        let mut row = 0usize;
+        for s in plan.seqs.iter().filter(|s| s.sample) {
+            let first = row;
+            row += 1 + s.drafts;
             let Some(l) = self.live.get_mut(&s.id) else {
                 continue;
             };
-            let tok = l
-                .sampler
-                .sample(&host[k * vocab..(k + 1) * vocab], &l.history)?;
-            out.push((s.id, tok));
+            if s.drafts == 0 {
+                let tok = l
+                    .sampler
+                    .sample(&host[first * vocab..(first + 1) * vocab], &l.history)?;
+                out.push((s.id, vec![tok]));
+                continue;
+            }
+            let rows: Vec<&[f32]> = (first..row)
+                .map(|r| &host[r * vocab..(r + 1) * vocab])
+                .collect();
+            let drafts = &s.tokens[1..];
+            let toks = spec::verify_drafts(&mut l.sampler, &l.history, &rows, drafts)?;
+            out.push((s.id, toks));
         }
         Ok(out)
     }

@@ -308,6 +308,26 @@ impl BlockManager {
         }
     }
 
+    /// Shrinks `seq`'s reservation to `slots` token slots, releasing the blocks wholly past them:
+    /// the roll-back of rejected speculative tokens. Blocks registered in the prefix cache are never
+    /// released here (they lie before the computed tokens).
+    pub fn truncate(&mut self, seq: SeqId, slots: usize) {
+        let bs = self.block_size;
+        let Some(t) = self.tables.get_mut(&seq) else {
+            return;
+        };
+        if slots >= t.slots {
+            return;
+        }
+        let slots = slots.max(t.hashed * bs);
+        let keep = slots.div_ceil(bs);
+        let dropped: Vec<BlockId> = t.blocks.drain(keep.min(t.blocks.len())..).collect();
+        t.slots = slots;
+        for b in dropped.into_iter().rev() {
+            self.release(b);
+        }
+    }
+
     fn release(&mut self, b: BlockId) {
         let blk = &mut self.blocks[b as usize];
         debug_assert!(blk.refs > 0, "double free of block {b}");
@@ -489,7 +509,7 @@ mod tests {
                     let keys: Vec<SeqId> = live.keys().copied().collect();
                     (!keys.is_empty()).then(|| keys[rng.random_range(0..keys.len())])
                 };
-                match rng.random_range(0..10) {
+                match rng.random_range(0..11) {
                     0..=2 => {
                         let len = rng.random_range(1..4 * bs + 2);
                         let family = rng.random_range(0..3u32);
@@ -530,6 +550,23 @@ mod tests {
                                 live.insert(next, t);
                             }
                             next += 1;
+                        }
+                    }
+                    10 => {
+                        // A speculative step: room for k drafts, some accepted, the rest rolled
+                        // back.
+                        if let Some(s) = pick(&mut rng, &live) {
+                            let len = live[&s].len();
+                            let k = rng.random_range(1..2 * bs + 2);
+                            if m.allocate(s, len + k, &[]).is_ok() {
+                                let kept = rng.random_range(1..=k);
+                                let toks = live.get_mut(&s).expect("live");
+                                toks.extend((0..kept).map(|_| rng.random_range(0..50)));
+                                m.cache_full_blocks(s, toks, len + kept - 1);
+                                m.truncate(s, len + kept);
+                                assert!(m.slots(s) >= len + kept, "truncated below the tokens");
+                                assert_eq!(m.table(s).len(), m.blocks_for(m.slots(s)));
+                            }
                         }
                     }
                     _ => {

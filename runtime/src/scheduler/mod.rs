@@ -48,6 +48,9 @@ pub struct Scheduled {
     pub blocks: Vec<BlockId>,
     /// after this step every token is computed: sample its next token
     pub sample: bool,
+    /// the last `drafts` of `tokens` are speculative (proposed, not yet verified): the forward
+    /// gives logits for each, and [`Scheduler::update`] keeps only the accepted ones
+    pub drafts: usize,
 }
 
 /// What [`Scheduler::schedule`] decided.
@@ -78,6 +81,8 @@ impl StepPlan {
 #[derive(Debug, Clone)]
 struct Seq {
     tokens: Vec<u32>,
+    /// proposed continuation for the next decode step (speculative decoding)
+    drafts: Vec<u32>,
     computed: usize,
     admitted: bool,
     cached_tokens: usize,
@@ -123,12 +128,31 @@ impl Scheduler {
             id,
             Seq {
                 tokens: prompt,
+                drafts: Vec::new(),
                 computed: 0,
                 admitted: false,
                 cached_tokens: 0,
             },
         );
         self.waiting.push_back(id);
+    }
+
+    /// Proposes `drafts` to follow `id`'s tokens in its next decode step (used once; ignored while
+    /// the sequence is still in prefill or waiting).
+    pub fn set_drafts(&mut self, id: SeqId, drafts: Vec<u32>) {
+        if let Some(s) = self.seqs.get_mut(&id) {
+            s.drafts = drafts;
+        }
+    }
+
+    /// The sequences running now, oldest first.
+    pub fn running(&self) -> &[SeqId] {
+        &self.running
+    }
+
+    /// `id`'s tokens (prompt and generated so far).
+    pub fn tokens(&self, id: SeqId) -> &[u32] {
+        self.seqs.get(&id).map_or(&[], |s| &s.tokens)
     }
 
     /// Sequences waiting (new or preempted).
@@ -189,6 +213,25 @@ impl Scheduler {
             };
             let n = (s.tokens.len() - s.computed).min(budget);
             if n == 0 {
+                i += 1;
+                continue;
+            }
+            // A decoding sequence may carry drafts: verify them in this forward if they fit.
+            let mut drafts = if n == 1 {
+                s.drafts.len().min(budget - 1)
+            } else {
+                0
+            };
+            if drafts > 0 {
+                match self.bm.allocate(id, s.computed + 1 + drafts, &[]) {
+                    Ok(c) => plan.copies.extend(c),
+                    // No room for speculation: decode one token as usual.
+                    Err(_) => drafts = 0,
+                }
+            }
+            if drafts > 0 {
+                self.push_spec(&mut plan, id, drafts);
+                budget -= 1 + drafts;
                 i += 1;
                 continue;
             }
@@ -263,6 +306,23 @@ impl Scheduler {
                 tokens: s.tokens[s.computed..s.computed + n].to_vec(),
                 blocks: self.bm.table(id).to_vec(),
                 sample: s.computed + n == s.tokens.len(),
+                drafts: 0,
+            });
+        }
+    }
+
+    fn push_spec(&mut self, plan: &mut StepPlan, id: SeqId, drafts: usize) {
+        if let Some(s) = self.seqs.get_mut(&id) {
+            let mut tokens = vec![s.tokens[s.computed]];
+            tokens.extend_from_slice(&s.drafts[..drafts]);
+            s.drafts.clear();
+            plan.seqs.push(Scheduled {
+                id,
+                past: s.computed,
+                tokens,
+                blocks: self.bm.table(id).to_vec(),
+                sample: true,
+                drafts,
             });
         }
     }
@@ -270,15 +330,31 @@ impl Scheduler {
     /// Closes a step: the scheduled tokens are now computed, and `sampled` tokens (one per sequence
     /// that sampled) join their sequences. Full blocks enter the prefix cache.
     pub fn update(&mut self, plan: &StepPlan, sampled: &[(SeqId, u32)]) {
+        let many: Vec<(SeqId, Vec<u32>)> = sampled.iter().map(|&(id, t)| (id, vec![t])).collect();
+        self.update_many(plan, &many);
+    }
+
+    /// [`Scheduler::update`] for speculative steps: each sampling sequence appends its accepted
+    /// drafts and then the token sampled after them (the first `len - 1` of its tokens are its
+    /// accepted drafts, in order). Rejected drafts leave the cache: the sequence's computed count
+    /// stops after the accepted ones and its blocks past its tokens are released.
+    pub fn update_many(&mut self, plan: &StepPlan, sampled: &[(SeqId, Vec<u32>)]) {
         for s in &plan.seqs {
-            if let Some(q) = self.seqs.get_mut(&s.id) {
-                q.computed = (s.past + s.tokens.len()).min(q.tokens.len());
-                self.bm.cache_full_blocks(s.id, &q.tokens, q.computed);
+            let Some(q) = self.seqs.get_mut(&s.id) else {
+                continue;
+            };
+            let new = sampled.iter().find(|(id, _)| *id == s.id).map(|(_, t)| t);
+            let accepted = match new {
+                Some(t) if s.drafts > 0 => t.len().saturating_sub(1).min(s.drafts),
+                _ => 0,
+            };
+            if let Some(t) = new {
+                q.tokens.extend_from_slice(t);
             }
-        }
-        for &(id, tok) in sampled {
-            if let Some(q) = self.seqs.get_mut(&id) {
-                q.tokens.push(tok);
+            q.computed = (s.past + s.tokens.len() - s.drafts + accepted).min(q.tokens.len());
+            self.bm.cache_full_blocks(s.id, &q.tokens, q.computed);
+            if s.drafts > 0 {
+                self.bm.truncate(s.id, q.tokens.len());
             }
         }
     }

@@ -157,3 +157,40 @@ fn random_workloads_finish_without_leaks_or_overruns() {
         assert_eq!(s.blocks().num_free(), blocks, "seed {seed}: leaked blocks");
     }
 }
+
+#[test]
+fn drafts_are_verified_in_one_step_and_rejected_ones_rolled_back() {
+    let mut s = sched(64, 4, 16, 8);
+    s.add(1, vec![1, 2, 3, 4, 5]);
+    step(&mut s); // prefill + first token (7)
+    assert_eq!(
+        s.blocks().slots(1),
+        5,
+        "the prompt; the sampled token has no slot yet"
+    );
+    // Decode with 5 drafts: last token + drafts in one row group, past = 5 computed.
+    s.set_drafts(1, vec![8, 9, 10, 11, 12]);
+    let p = s.schedule();
+    assert_eq!(p.seqs.len(), 1);
+    let q = &p.seqs[0];
+    assert_eq!((q.past, q.drafts), (5, 5));
+    assert_eq!(q.tokens, vec![7, 8, 9, 10, 11, 12]);
+    assert!(q.sample && q.blocks.len() >= 3, "room for 11 positions");
+    // Two drafts accepted, then the replacement 20: tokens grow by 3, computed stops before 20.
+    s.update_many(&p, &[(1, vec![8, 9, 20])]);
+    assert_eq!(s.tokens(1), &[1, 2, 3, 4, 5, 7, 8, 9, 20]);
+    assert_eq!(s.blocks().slots(1), 9, "rejected drafts' slots released");
+    assert_eq!(s.blocks().table(1).len(), 3);
+    // The next step decodes from the replacement token, at position 8.
+    let p = s.schedule();
+    assert_eq!((p.seqs[0].past, p.seqs[0].tokens.clone()), (8, vec![20]));
+    // Drafts that do not fit the token budget are cut to it.
+    s.update(&p, &[(1, 21)]);
+    s.set_drafts(1, vec![0; 40]);
+    let p = s.schedule();
+    assert_eq!(p.seqs[0].drafts, 15);
+    s.update_many(&p, &[(1, vec![0, 0, 5])]);
+    s.finish(1);
+    s.blocks().check().expect("invariants");
+    assert_eq!(s.blocks().num_used(), 0);
+}

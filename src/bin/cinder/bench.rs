@@ -1,6 +1,6 @@
 //! `cinder bench`: prompt processing and generation speed in the style of llama-bench.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use cinder::backends::BackendKind;
 use cinder::prelude::*;
 use clap::Args;
@@ -33,6 +33,10 @@ pub struct BenchArgs {
     /// (0 = skip).
     #[arg(long, default_value_t = 0)]
     pub cached_prefix: usize,
+    /// Speculation test: decode --gen-tokens tokens (batch 1, greedy, chat template) from this
+    /// text file with prompt lookup off and on (--draft-tokens), alternating --reps times.
+    #[arg(long, value_name = "FILE")]
+    pub spec_prompt: Option<std::path::PathBuf>,
     /// Print one JSON line.
     #[arg(long)]
     pub json: bool,
@@ -120,6 +124,21 @@ impl BackendTask for Task {
         } else {
             None
         };
+        let spec = match &a.spec_prompt {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading {}", p.display()))?;
+                Some(crate::bench_spec::run(
+                    &m,
+                    &cfg,
+                    &text,
+                    a.gen_tokens.max(8),
+                    reps,
+                    a.engine.spec.draft_tokens,
+                )?)
+            }
+            None => None,
+        };
         let threads = self
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -159,6 +178,7 @@ impl BackendTask for Task {
                     "prefix_tokens": a.cached_prefix, "ttft_cold_ms": cold,
                     "ttft_cached_ms": warm, "ratio": warm / cold,
                 })),
+                "speculation": spec,
             });
             println!("{v}");
         } else {
@@ -191,6 +211,20 @@ impl BackendTask for Task {
                     "TTFT with a cached {}-token prefix: {warm:.1} ms vs {cold:.1} ms cold ({:.3}x)",
                     a.cached_prefix,
                     warm / cold
+                );
+            }
+            if let Some(s) = &spec {
+                println!(
+                    "speculation (prompt lookup, {} draft tokens, {}-token prompt, {} tokens): \
+                     {:.2} t/s on vs {:.2} t/s off ({:.2}x), acceptance {:.0}%, {:.2} forwards per token",
+                    s.draft_tokens,
+                    s.prompt_tokens,
+                    s.gen_tokens,
+                    s.on_tps,
+                    s.off_tps,
+                    s.speedup,
+                    100.0 * s.acceptance,
+                    s.steps_per_token
                 );
             }
             println!("peak RSS {:.1} MiB", rss as f64 / (1 << 20) as f64);

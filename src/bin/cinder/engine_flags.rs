@@ -1,7 +1,7 @@
 //! Engine settings shared by the commands that run the continuous-batching engine.
 
 use anyhow::{Result, bail};
-use cinder::runtime::engine::EngineConfig;
+use cinder::runtime::engine::{EngineConfig, SpeculativeConfig};
 use cinder::runtime::kv::KvBudget;
 use cinder::runtime::scheduler::SchedulerConfig;
 use clap::Args;
@@ -31,6 +31,46 @@ pub struct EngineFlags {
     /// Do not reuse KV blocks of identical prompt prefixes.
     #[arg(long)]
     pub no_prefix_cache: bool,
+    #[command(flatten)]
+    pub spec: SpecFlags,
+}
+
+/// `--speculative`, `--draft-tokens`
+#[derive(Args, Debug, Clone)]
+pub struct SpecFlags {
+    /// Speculative decoding: `ngram` (prompt lookup: drafts copied from earlier in the prompt and
+    /// output, verified in one batched forward; same output, fewer forwards on repetitive text)
+    /// or `none`.
+    #[arg(long, default_value = "none")]
+    pub speculative: String,
+    /// Most drafted tokens verified per step. 3 suits the CPU kernels: the verifying forward then
+    /// has 4 rows per sequence, one 4-row tile of the quantized matmul.
+    #[arg(long, default_value_t = 3)]
+    pub draft_tokens: usize,
+}
+
+impl SpecFlags {
+    /// The speculative-decoding settings, if on.
+    pub fn config(&self) -> Result<Option<SpeculativeConfig>> {
+        match self.speculative.as_str() {
+            "none" | "off" => Ok(None),
+            "ngram" => {
+                if self.draft_tokens == 0 || self.draft_tokens > 64 {
+                    bail!("--draft-tokens must be 1..=64");
+                }
+                Ok(Some(SpeculativeConfig {
+                    draft_tokens: self.draft_tokens,
+                    min_draft_tokens: self.draft_tokens.min(3),
+                    ..SpeculativeConfig::default()
+                }))
+            }
+            s if s.starts_with("draft:") => bail!(
+                "--speculative {s}: draft-model speculation is not implemented yet; \
+                 `--speculative ngram` (prompt lookup) is"
+            ),
+            s => bail!("--speculative {s:?}: expected ngram or none"),
+        }
+    }
 }
 
 impl EngineFlags {
@@ -50,6 +90,7 @@ impl EngineFlags {
             kv_budget,
             max_waiting: self.max_waiting,
             prefix_caching: !self.no_prefix_cache,
+            speculative: self.spec.config()?,
             ..EngineConfig::default()
         })
     }

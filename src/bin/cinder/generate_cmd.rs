@@ -40,11 +40,13 @@ pub struct GenFlags {
     /// Context size to allocate.
     #[arg(long, default_value_t = 4096)]
     pub ctx: usize,
+    #[command(flatten)]
+    pub spec: crate::engine_flags::SpecFlags,
 }
 
 impl GenFlags {
-    fn options(&self) -> GenerateOptions {
-        GenerateOptions {
+    fn options(&self) -> anyhow::Result<GenerateOptions> {
+        Ok(GenerateOptions {
             max_tokens: self.max_tokens,
             sampling: SamplingParams {
                 temperature: self.temperature,
@@ -58,7 +60,8 @@ impl GenFlags {
             stop_strings: self.stop.clone(),
             stop_on_eos: !self.ignore_eos,
             context: self.ctx,
-        }
+            speculative: self.spec.config()?,
+        })
     }
 }
 
@@ -108,7 +111,7 @@ impl BackendTask for RunTask {
             &m.model,
             &m.tokenizer,
             &ids,
-            &a.sampling.options(),
+            &a.sampling.options()?,
             &mut stream_to_stdout,
         )?;
         println!();
@@ -146,7 +149,7 @@ impl BackendTask for ChatTask {
         if let Some(s) = &a.system {
             messages.push(ChatMessage::new("system", s.clone()));
         }
-        let opts = a.sampling.options();
+        let opts = a.sampling.options()?;
         let turn = |messages: &mut Vec<ChatMessage>, user: String| -> Result<()> {
             messages.push(ChatMessage::new("user", user));
             let text = apply_chat_template(&m.tokenizer, messages, true)?;

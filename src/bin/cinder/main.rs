@@ -2,7 +2,9 @@
 
 mod bench;
 mod bench_engine;
+mod bench_spec;
 mod engine_flags;
+mod eval_quant;
 mod generate_cmd;
 mod info;
 mod perplexity;
@@ -51,6 +53,9 @@ enum Command {
     Pull(PullArgs),
     /// Rewrite a GGUF file with its weights in another block format (ggml's reference quantizers).
     Quantize(quantize::QuantizeArgs),
+    /// Quantize a model to several types from an F16 baseline and compare their quality (PPL, KLD)
+    #[command(name = "eval-quant")]
+    EvalQuant(eval_quant::EvalQuantArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (and gRPC).
     Serve(serve::ServeArgs),
 }
@@ -142,6 +147,7 @@ fn main() -> Result<()> {
                 Command::Run(a) => backends::dispatch(kind, generate_cmd::RunTask(a))?,
                 Command::Chat(a) => backends::dispatch(kind, generate_cmd::ChatTask(a))?,
                 Command::Perplexity(a) => backends::dispatch(kind, perplexity::Task(a))?,
+                Command::EvalQuant(a) => backends::dispatch(kind, eval_quant::Task(a))?,
                 Command::Serve(a) => backends::dispatch(kind, serve::ServeTask(a))?,
                 Command::Bench(a) => backends::dispatch(
                     kind,

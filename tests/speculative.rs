@@ -1,0 +1,194 @@
+//! Speculative decoding by prompt lookup, on the real SmolLM2: greedy output with speculation is
+//! token for token the output without it — alone, batched with other sequences, with chunked
+//! prefill and a tight token budget — and on repetitive text most drafts are accepted.
+//! (That sampling keeps the target distribution is tested on the sampler itself:
+//! `sampler::speculative_tests`.)
+
+mod common;
+
+use cinder::prelude::*;
+use cinder::runtime::engine::{
+    Engine, EngineConfig, EngineStats, Event, EventStream, Request, SpeculativeConfig,
+};
+use cinder::runtime::sampler::SamplingParams;
+use cinder::runtime::scheduler::SchedulerConfig;
+use common::*;
+
+const GEN: usize = 40;
+
+fn prompts() -> Vec<String> {
+    let mut p: Vec<String> = greedy_refs("smollm2-135m-q4_1.greedy.jsonl")
+        .into_iter()
+        .map(|r| r.prompt)
+        .collect();
+    // Text that repeats itself: what prompt lookup is for.
+    p.push(
+        "Copy the code exactly.\nfn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\nCopy:\nfn add(a: i32,"
+            .into(),
+    );
+    p.push("red, green, blue, red, green, blue, red, green, blue, red,".into());
+    p
+}
+
+fn collect(mut s: EventStream) -> Vec<u32> {
+    let mut toks = Vec::new();
+    while let Some(ev) = s.blocking_next() {
+        match ev {
+            Event::Token { id, .. } => toks.push(id),
+            Event::Finished { reason, .. } => {
+                assert_eq!(reason, FinishReason::Length);
+                return toks;
+            }
+        }
+    }
+    panic!("stream ended without a Finished event");
+}
+
+/// Every prompt submitted at once; each one's tokens, and the engine's figures.
+fn run<B: InferenceBackend>(
+    m: &cinder::importer::LoadedModel<B>,
+    encoded: &[Vec<u32>],
+    cfg: EngineConfig,
+    sampling: SamplingParams,
+) -> (Vec<Vec<u32>>, EngineStats) {
+    let engine = Engine::start::<B, _>(m.model.clone(), m.tokenizer.clone(), cfg).expect("engine");
+    let h = engine.handle();
+    let streams: Vec<EventStream> = encoded
+        .iter()
+        .map(|ids| {
+            h.submit(Request {
+                stop_on_eos: false,
+                sampling: sampling.clone(),
+                ..Request::greedy(ids.clone(), GEN)
+            })
+            .expect("submit")
+        })
+        .collect();
+    let out = streams.into_iter().map(collect).collect();
+    (out, h.stats())
+}
+
+fn spec(k: usize) -> EngineConfig {
+    EngineConfig {
+        speculative: Some(SpeculativeConfig {
+            draft_tokens: k,
+            ..SpeculativeConfig::default()
+        }),
+        ..EngineConfig::default()
+    }
+}
+
+struct GreedyUnchanged;
+
+impl BackendTask for GreedyUnchanged {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let m =
+            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("load");
+        let encoded: Vec<Vec<u32>> = prompts()
+            .iter()
+            .map(|p| m.tokenizer.encode(p, true).expect("encode"))
+            .collect();
+        let greedy = SamplingParams::greedy;
+        let alone: Vec<Vec<u32>> = encoded
+            .iter()
+            .map(|ids| {
+                run(
+                    &m,
+                    std::slice::from_ref(ids),
+                    EngineConfig::default(),
+                    greedy(),
+                )
+                .0
+                .remove(0)
+            })
+            .collect();
+        // Alone, with speculation.
+        let mut drafted = 0;
+        for (i, ids) in encoded.iter().enumerate() {
+            let (out, st) = run(&m, std::slice::from_ref(ids), spec(5), greedy());
+            assert_eq!(
+                out[0], alone[i],
+                "prompt {i}: speculation changed the output"
+            );
+            drafted += st.spec_draft_tokens;
+        }
+        assert!(drafted > 0, "nothing was drafted");
+        // All together, with speculation, and again with a 7-token step budget (chunked prefill,
+        // drafts cut to what fits).
+        let (together, st) = run(&m, &encoded, spec(5), greedy());
+        assert_eq!(together, alone, "batched + speculation differs from alone");
+        let tight = EngineConfig {
+            scheduler: SchedulerConfig {
+                max_batched_tokens: 7,
+                max_seqs: 16,
+            },
+            ..spec(5)
+        };
+        let (chunked, _) = run(&m, &encoded, tight, greedy());
+        assert_eq!(chunked, alone, "chunked + speculation differs from alone");
+        // On the repetitive prompts most drafts are right.
+        let n = encoded.len();
+        let (_, rep) = run(&m, &encoded[n - 2..], spec(5), greedy());
+        let rate = rep.spec_accepted_tokens as f64 / rep.spec_draft_tokens.max(1) as f64;
+        eprintln!(
+            "prompt lookup: all prompts {}/{} drafts accepted; repetitive prompts {}/{} ({:.0}%), \
+             {} steps for {} tokens",
+            st.spec_accepted_tokens,
+            st.spec_draft_tokens,
+            rep.spec_accepted_tokens,
+            rep.spec_draft_tokens,
+            100.0 * rate,
+            rep.steps,
+            rep.generated_tokens
+        );
+        assert!(
+            rate > 0.5,
+            "acceptance {rate:.2} on text that repeats itself"
+        );
+        assert!(
+            (rep.steps as usize) < 2 * GEN,
+            "speculation should need fewer forwards than tokens ({} steps)",
+            rep.steps
+        );
+    }
+}
+
+#[test]
+fn greedy_output_is_unchanged_by_prompt_lookup_speculation() {
+    dispatch(primary_backend(), GreedyUnchanged).expect("backend");
+}
+
+struct SampledRuns;
+
+impl BackendTask for SampledRuns {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let m =
+            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("load");
+        let encoded: Vec<Vec<u32>> = prompts()
+            .iter()
+            .map(|p| m.tokenizer.encode(p, true).expect("encode"))
+            .collect();
+        let sampling = SamplingParams {
+            temperature: 0.7,
+            seed: 11,
+            ..SamplingParams::default()
+        };
+        // Sampled runs stay within the length and vocabulary, and accept drafts at all.
+        let (out, st) = run(&m, &encoded, spec(4), sampling);
+        for o in &out {
+            assert_eq!(o.len(), GEN);
+            assert!(o.iter().all(|&t| (t as usize) < m.model.vocab_size()));
+        }
+        assert!(
+            st.spec_draft_tokens > 0 && st.spec_accepted_tokens > 0,
+            "{st:?}"
+        );
+    }
+}
+
+#[test]
+fn sampled_generation_with_speculation_runs_to_length() {
+    dispatch(primary_backend(), SampledRuns).expect("backend");
+}
