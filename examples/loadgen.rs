@@ -59,6 +59,8 @@ struct Tally {
     empty: usize,
     failed: usize,
     statuses: std::collections::BTreeMap<u16, usize>,
+    /// client-side failures by message (connection, stream read, bad event)
+    errors: std::collections::BTreeMap<String, usize>,
 }
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
@@ -101,14 +103,15 @@ fn one(
     }
     let (mut first, mut tokens) = (None, 0);
     for line in BufReader::new(r).lines() {
-        let line = line?;
+        let line = line.context("reading the stream")?;
         let Some(d) = line.strip_prefix("data: ") else {
             continue;
         };
         if d == "[DONE]" {
             break;
         }
-        let v: serde_json::Value = serde_json::from_str(d)?;
+        let v: serde_json::Value =
+            serde_json::from_str(d).with_context(|| format!("bad event {d:?}"))?;
         let text = v["choices"][0]["text"].as_str().unwrap_or("");
         if !text.is_empty() {
             first.get_or_insert_with(|| t0.elapsed());
@@ -152,7 +155,10 @@ fn main() -> Result<()> {
                             t.failed += 1;
                             *t.statuses.entry(s).or_insert(0) += 1;
                         }
-                        Err(_) => t.failed += 1,
+                        Err(e) => {
+                            t.failed += 1;
+                            *t.errors.entry(format!("{e:#}")).or_insert(0) += 1;
+                        }
                     }
                 }
                 Ok(())
@@ -170,7 +176,7 @@ fn main() -> Result<()> {
         println!(
             "{}",
             serde_json::json!({"clients": a.clients, "seconds": wall, "requests_ok": t.ok,
-                "requests_failed": t.failed, "requests_empty": t.empty, "statuses": t.statuses, "tokens": t.tokens,
+                "requests_failed": t.failed, "requests_empty": t.empty, "statuses": t.statuses, "errors": t.errors, "tokens": t.tokens,
                 "tokens_per_s": tps, "ttft_ms_p50": p50, "ttft_ms_p99": p99})
         );
     } else {
@@ -178,6 +184,9 @@ fn main() -> Result<()> {
             "{} clients, {wall:.1} s: {} ok, {} failed {:?}; {} tokens, {tps:.1} tokens/s; TTFT p50 {p50:.1} ms, p99 {p99:.1} ms",
             a.clients, t.ok, t.failed, t.statuses, t.tokens
         );
+        for (e, n) in &t.errors {
+            println!("  {n} x {e}");
+        }
     }
     Ok(())
 }
