@@ -58,7 +58,10 @@ fn saved_logits_compare_a_model_with_itself_as_zero_and_refuse_mismatches() {
     assert!(k["kld"][0].as_f64().expect("kld") < 1e-6, "{k}");
     assert_eq!(k["same_top_pct"][0].as_f64(), Some(100.0));
     // Stored log-probs are f32: the ratio is 1 to their precision.
-    assert!((k["ppl_ratio"].as_f64().expect("ratio") - 1.0).abs() < 1e-5, "{k}");
+    assert!(
+        (k["ppl_ratio"].as_f64().expect("ratio") - 1.0).abs() < 1e-5,
+        "{k}"
+    );
 
     // The ctx comes from the file when not given; another text is refused, naming why.
     let other = dir.path().join("other.txt");

@@ -419,6 +419,13 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
 
     /// Runs one step; returns the number of tokens in its forward (0: nothing to do).
     pub fn step(&mut self) -> Result<usize> {
+        let plan = self.plan_step();
+        self.run_plan(&plan)
+    }
+
+    /// The first half of [`EngineCore::step`]: ends dropped or late requests, proposes drafts and
+    /// decides what the next forward runs (nothing runs yet).
+    pub fn plan_step(&mut self) -> StepPlan {
         self.reap();
         self.propose_drafts();
         let plan = self.sched.schedule();
@@ -430,12 +437,18 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
                 self.counters.waiting.fetch_sub(1, Ordering::SeqCst);
             }
         }
+        plan
+    }
+
+    /// The second half of [`EngineCore::step`]: runs `plan`'s forward, samples, streams the
+    /// tokens. Returns the number of tokens in the forward (0: nothing to do).
+    pub fn run_plan(&mut self, plan: &StepPlan) -> Result<usize> {
         if plan.is_empty() {
             self.refresh_stats();
             return Ok(0);
         }
-        let sampled = self.forward(&plan)?;
-        self.sched.update_many(&plan, &sampled);
+        let sampled = self.forward(plan)?;
+        self.sched.update_many(plan, &sampled);
         for s in &plan.seqs {
             let l = self.live.get(&s.id);
             if l.is_some_and(|l| l.generated == 0) {

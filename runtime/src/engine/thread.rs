@@ -133,7 +133,7 @@ impl Engine {
     pub fn start<B, M>(model: M, tok: Arc<Tokenizer>, cfg: EngineConfig) -> Result<Self>
     where
         B: InferenceBackend,
-        M: CausalLm<B> + Send + 'static,
+        M: CausalLm<B> + Send + Sync + 'static,
     {
         let blocks = kv_blocks(&model, &cfg)?;
         let max_request_tokens = (blocks * cfg.block_size).min(model.context_length());
@@ -219,7 +219,7 @@ impl Drop for Engine {
     }
 }
 
-fn run_loop<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
+fn run_loop<B: InferenceBackend, M: CausalLm<B> + Sync + ?Sized>(
     core: &mut EngineCore<'_, B, M>,
     shared: &Shared,
 ) {
@@ -257,7 +257,14 @@ fn run_loop<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
         }
         // A failed or panicking step ends the requests in flight with `Error`, not the engine: the
         // server stays up for the next request.
-        let ran = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| core.step())) {
+        let ran = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let plan = core.plan_step();
+            if starts_on_a_worker(&plan) {
+                on_pool(|| core.run_plan(&plan)).unwrap_or(Err(RuntimeError::EngineStopped))
+            } else {
+                core.run_plan(&plan)
+            }
+        })) {
             Ok(Ok(n)) => n,
             Ok(Err(e)) => {
                 tracing::error!("engine step failed: {e}; ending the live requests");
@@ -277,4 +284,25 @@ fn run_loop<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
             std::thread::sleep(Duration::from_millis(1));
         }
     }
+}
+
+/// Whether to run a step's forward from a pool worker ([`on_pool`]) rather than from the engine
+/// thread. Measured on SmolLM2 / flex / 2 threads (docs/perf.md, 2026-12-03): from a worker,
+/// single-sequence decode is 20–30% faster and prefill 10–20% faster, but decode steps of 4–8 rows
+/// (several sequences, or one with speculative drafts) are 10–40% slower, for a reason not found
+/// yet. So: every step except decode-only forwards of 3 rows or more.
+fn starts_on_a_worker(plan: &crate::scheduler::StepPlan) -> bool {
+    let decode_only = plan.seqs.iter().all(|s| s.tokens.len() == 1 + s.drafts);
+    !(decode_only && plan.tokens() >= 3)
+}
+
+/// Runs `f` on a worker of the CPU thread pool (rayon's global pool, which the CPU kernels use)
+/// and waits for it. A forward has ~250 parallel sections; started from a worker, each one begins
+/// at once on that worker and only wakes the others, where from an outside thread every section is
+/// handed to the pool while the caller sleeps until it is done (a futex sleep and wake per
+/// section). The engine thread itself then blocks once per step. `None` if `f` did not run.
+fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> Option<R> {
+    let mut out = None;
+    rayon::scope(|s| s.spawn(|_| out = Some(f())));
+    out
 }
