@@ -400,7 +400,9 @@ fn a_disconnect_frees_the_blocks_and_a_deadline_ends_with_timeout() {
     // The per-request deadline.
     let (st, v) = s.post(
         "/v1/completions",
-        &json!({"prompt": "Tell me a long story.", "max_tokens": 400, "timeout": 0.3}),
+        // `ignore_eos`: the model cannot end on its own before the deadline, however fast it runs.
+        &json!({"prompt": "Tell me a long story.", "max_tokens": 400, "timeout": 0.3,
+                "ignore_eos": true}),
     );
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["choices"][0]["finish_reason"], "timeout");
@@ -415,8 +417,9 @@ fn overload_gets_only_200_and_429_and_the_server_stays_ready() {
         .map(|i| {
             let url = url.clone();
             std::thread::spawn(move || {
-                let body = json!({"prompt": format!("Count to {i}:"), "max_tokens": 12,
-                                  "stream": true, "temperature": 0});
+                // Long enough that the 24 arrive while the first 4 still run, however fast.
+                let body = json!({"prompt": format!("Count to {i}:"), "max_tokens": 64,
+                                  "stream": true, "temperature": 0, "ignore_eos": true});
                 let r = client().post(&url).json(&body).send().expect("send");
                 let st = r.status().as_u16();
                 let retry = r.headers().get("retry-after").is_some();

@@ -288,7 +288,7 @@ fn build_request(
             seed,
         },
         stop_strings: stop,
-        stop_on_eos: true,
+        stop_on_eos: !c.ignore_eos,
         timeout: Some(timeout),
     })
 }

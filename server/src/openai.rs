@@ -63,6 +63,9 @@ pub struct Common {
     pub stream_options: Option<StreamOptions>,
     /// extension: seconds before the request ends with finish_reason `timeout`
     pub timeout: Option<f64>,
+    /// extension (as vLLM and llama-server): generate past end-of-text tokens, up to `max_tokens`
+    #[serde(default)]
+    pub ignore_eos: bool,
     /// number of choices (only 1 is served)
     pub n: Option<i64>,
 }
