@@ -249,13 +249,10 @@ struct RunResult {
     hit_rate: f64,
 }
 
-/// One session's outcome: its index, the replica and the TTFT of each turn.
-type SessionRun = (usize, Vec<String>, Vec<Duration>);
-
-/// 30 sessions × 4 turns, `clients()` users at a time, each going through one session's turns in order.
-fn run_workload(c: &Cluster) -> RunResult {
+/// Runs `f(session)` for every session, `clients()` client threads at a time, each taking the
+/// next session when it is done with one.
+fn each_session(f: impl Fn(usize) + Sync) {
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<SessionRun>> = Mutex::new(Vec::new());
     std::thread::scope(|s| {
         for _ in 0..clients() {
             s.spawn(|| {
@@ -264,25 +261,35 @@ fn run_workload(c: &Cluster) -> RunResult {
                     if session >= SESSIONS {
                         break;
                     }
-                    let mut messages = Vec::new();
-                    let mut replicas = Vec::new();
-                    let mut ttfts = Vec::new();
-                    for turn in 0..TURNS {
-                        messages
-                            .push(json!({"role": "user", "content": user_message(session, turn)}));
-                        let t = chat_turn(&c.balancer, session, &messages)
-                            .unwrap_or_else(|e| panic!("session {session} turn {turn}: {e}"));
-                        messages.push(json!({"role": "assistant", "content": t.text}));
-                        replicas.push(t.replica);
-                        ttfts.push(t.ttft);
-                    }
-                    results
-                        .lock()
-                        .expect("results")
-                        .push((session, replicas, ttfts));
+                    f(session);
                 }
             });
         }
+    });
+}
+
+/// One session's outcome: its index, the replica and the TTFT of each turn.
+type SessionRun = (usize, Vec<String>, Vec<Duration>);
+
+/// 30 sessions × 4 turns, `clients()` users at a time, each going through one session's turns in order.
+fn run_workload(c: &Cluster) -> RunResult {
+    let results: Mutex<Vec<SessionRun>> = Mutex::new(Vec::new());
+    each_session(|session| {
+        let mut messages = Vec::new();
+        let mut replicas = Vec::new();
+        let mut ttfts = Vec::new();
+        for turn in 0..TURNS {
+            messages.push(json!({"role": "user", "content": user_message(session, turn)}));
+            let t = chat_turn(&c.balancer, session, &messages)
+                .unwrap_or_else(|e| panic!("session {session} turn {turn}: {e}"));
+            messages.push(json!({"role": "assistant", "content": t.text}));
+            replicas.push(t.replica);
+            ttfts.push(t.ttft);
+        }
+        results
+            .lock()
+            .expect("results")
+            .push((session, replicas, ttfts));
     });
     let mut results = results.into_inner().expect("results");
     results.sort_by_key(|r| r.0);
@@ -380,66 +387,55 @@ fn a_killed_replica_moves_only_its_sessions_and_no_unstarted_request_fails() {
 
     // Turn-major: every session's turn t, `clients()` at a time; the kill lands in turn 3.
     for turn in 0..TURNS {
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..clients() {
-                s.spawn(|| {
-                    loop {
-                        let session = next.fetch_add(1, Ordering::Relaxed);
-                        if session >= SESSIONS {
-                            break;
-                        }
-                        if turn == 2 && session == SESSIONS / 3 {
-                            let mut k = killed.lock().expect("killed");
-                            if k.is_none() {
-                                let pid = c.replicas[victim].1;
-                                let st = Command::new("kill")
-                                    .args(["-KILL", &pid.to_string()])
-                                    .status()
-                                    .expect("kill");
-                                assert!(st.success());
-                                // Wait until it is gone: requests after this point did not start
-                                // before the kill.
-                                while Command::new("kill")
-                                    .args(["-0", &pid.to_string()])
-                                    .stderr(Stdio::null())
-                                    .status()
-                                    .is_ok_and(|s| s.success())
-                                {
-                                    std::thread::sleep(Duration::from_millis(20));
-                                }
-                                *k = Some((victim.to_string(), Instant::now()));
-                            }
-                        }
-                        let mut conv = conversations[session].lock().expect("conversation");
-                        conv.push(json!({"role": "user", "content": user_message(session, turn)}));
-                        let mut started = Instant::now();
-                        let mut result = chat_turn(&c.balancer, session, &conv);
-                        if let Err(e) = result {
-                            // A request cut by the kill; the client's retry is the session's
-                            // next request, which must succeed elsewhere.
-                            outcomes.lock().expect("outcomes").push(Outcome {
-                                session,
-                                turn,
-                                started,
-                                result: Err(e),
-                            });
-                            started = Instant::now();
-                            result = chat_turn(&c.balancer, session, &conv);
-                        }
-                        let r = result.map(|t| {
-                            conv.push(json!({"role": "assistant", "content": t.text}));
-                            t.replica
-                        });
-                        outcomes.lock().expect("outcomes").push(Outcome {
-                            session,
-                            turn,
-                            started,
-                            result: r,
-                        });
+        each_session(|session| {
+            if turn == 2 && session == SESSIONS / 3 {
+                let mut k = killed.lock().expect("killed");
+                if k.is_none() {
+                    let pid = c.replicas[victim].1;
+                    let st = Command::new("kill")
+                        .args(["-KILL", &pid.to_string()])
+                        .status()
+                        .expect("kill");
+                    assert!(st.success());
+                    // Wait until it is gone: requests after this point did not start
+                    // before the kill.
+                    while Command::new("kill")
+                        .args(["-0", &pid.to_string()])
+                        .stderr(Stdio::null())
+                        .status()
+                        .is_ok_and(|s| s.success())
+                    {
+                        std::thread::sleep(Duration::from_millis(20));
                     }
-                });
+                    *k = Some((victim.to_string(), Instant::now()));
+                }
             }
+            let mut conv = conversations[session].lock().expect("conversation");
+            conv.push(json!({"role": "user", "content": user_message(session, turn)}));
+            let mut started = Instant::now();
+            let mut result = chat_turn(&c.balancer, session, &conv);
+            if let Err(e) = result {
+                // A request cut by the kill; the client's retry is the session's
+                // next request, which must succeed elsewhere.
+                outcomes.lock().expect("outcomes").push(Outcome {
+                    session,
+                    turn,
+                    started,
+                    result: Err(e),
+                });
+                started = Instant::now();
+                result = chat_turn(&c.balancer, session, &conv);
+            }
+            let r = result.map(|t| {
+                conv.push(json!({"role": "assistant", "content": t.text}));
+                t.replica
+            });
+            outcomes.lock().expect("outcomes").push(Outcome {
+                session,
+                turn,
+                started,
+                result: r,
+            });
         });
     }
     let (victim, kill_time) = killed

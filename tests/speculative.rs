@@ -78,17 +78,24 @@ fn spec(k: usize) -> EngineConfig {
     }
 }
 
+/// SmolLM2 and the prompts, tokenized.
+fn load_encoded<B: InferenceBackend>(
+    device: &B::Device,
+) -> (cinder::importer::LoadedModel<B>, Vec<Vec<u32>>) {
+    let m = cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), device).expect("load");
+    let encoded = prompts()
+        .iter()
+        .map(|p| m.tokenizer.encode(p, true).expect("encode"))
+        .collect();
+    (m, encoded)
+}
+
 struct GreedyUnchanged;
 
 impl BackendTask for GreedyUnchanged {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
-        let m =
-            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("load");
-        let encoded: Vec<Vec<u32>> = prompts()
-            .iter()
-            .map(|p| m.tokenizer.encode(p, true).expect("encode"))
-            .collect();
+        let (m, encoded) = load_encoded::<B>(&device);
         let greedy = SamplingParams::greedy;
         let alone: Vec<Vec<u32>> = encoded
             .iter()
@@ -164,12 +171,7 @@ struct SampledRuns;
 impl BackendTask for SampledRuns {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
-        let m =
-            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("load");
-        let encoded: Vec<Vec<u32>> = prompts()
-            .iter()
-            .map(|p| m.tokenizer.encode(p, true).expect("encode"))
-            .collect();
+        let (m, encoded) = load_encoded::<B>(&device);
         let sampling = SamplingParams {
             temperature: 0.7,
             seed: 11,

@@ -143,7 +143,7 @@ pub fn evaluate<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     on_chunk: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<Evaluation> {
     let mismatch = |reason: String| RuntimeError::LogitsFile {
-        path: "(base)".into(),
+        path: "(the saved base)".into(),
         reason,
     };
     if let Some(b) = base {

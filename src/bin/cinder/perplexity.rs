@@ -87,7 +87,11 @@ impl BackendTask for Task {
                     eprint!("\rchunk {i}/{n}: running PPL {p:.4}   ");
                 }
             },
-        )?;
+        )
+        .with_context(|| match &a.kl_divergence {
+            Some(p) => format!("comparing with --kl-divergence {}", p.display()),
+            None => "scoring the text".into(),
+        })?;
         if !quiet {
             eprintln!();
         }
