@@ -260,7 +260,8 @@ fn run_loop<B: InferenceBackend, M: CausalLm<B> + Sync + ?Sized>(
         let ran = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let plan = core.plan_step();
             if starts_on_a_worker(&plan) {
-                on_pool(|| core.run_plan(&plan)).unwrap_or(Err(RuntimeError::EngineStopped))
+                cinder_backends::on_thread_pool(|| core.run_plan(&plan))
+                    .unwrap_or(Err(RuntimeError::EngineStopped))
             } else {
                 core.run_plan(&plan)
             }
@@ -286,7 +287,8 @@ fn run_loop<B: InferenceBackend, M: CausalLm<B> + Sync + ?Sized>(
     }
 }
 
-/// Whether to run a step's forward from a pool worker ([`on_pool`]) rather than from the engine
+/// Whether to run a step's forward from a pool worker ([`cinder_backends::on_thread_pool`]: one
+/// thread handoff per step instead of one per parallel section) rather than from the engine
 /// thread. Measured on SmolLM2 / flex / 2 threads (docs/perf.md, 2026-12-03): from a worker,
 /// single-sequence decode is 20–30% faster and prefill 10–20% faster, but decode steps of 4–8 rows
 /// (several sequences, or one with speculative drafts) are 10–40% slower, for a reason not found
@@ -294,15 +296,4 @@ fn run_loop<B: InferenceBackend, M: CausalLm<B> + Sync + ?Sized>(
 fn starts_on_a_worker(plan: &crate::scheduler::StepPlan) -> bool {
     let decode_only = plan.seqs.iter().all(|s| s.tokens.len() == 1 + s.drafts);
     !(decode_only && plan.tokens() >= 3)
-}
-
-/// Runs `f` on a worker of the CPU thread pool (rayon's global pool, which the CPU kernels use)
-/// and waits for it. A forward has ~250 parallel sections; started from a worker, each one begins
-/// at once on that worker and only wakes the others, where from an outside thread every section is
-/// handed to the pool while the caller sleeps until it is done (a futex sleep and wake per
-/// section). The engine thread itself then blocks once per step. `None` if `f` did not run.
-fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> Option<R> {
-    let mut out = None;
-    rayon::scope(|s| s.spawn(|_| out = Some(f())));
-    out
 }
