@@ -264,3 +264,31 @@ mod tests {
         );
     }
 }
+
+/// BERT module paths -> HF checkpoint names (after the checkpoint's own prefix such as `bert.`).
+pub const BERT_HF_NAMES: &[NameTable] = &[&[
+    ("embeddings.word", "embeddings.word_embeddings"),
+    ("embeddings.position", "embeddings.position_embeddings"),
+    ("embeddings.token_type", "embeddings.token_type_embeddings"),
+    ("embeddings.norm", "embeddings.LayerNorm"),
+    (
+        "layers.{i}.attn.q",
+        "encoder.layer.{i}.attention.self.query",
+    ),
+    ("layers.{i}.attn.k", "encoder.layer.{i}.attention.self.key"),
+    (
+        "layers.{i}.attn.v",
+        "encoder.layer.{i}.attention.self.value",
+    ),
+    (
+        "layers.{i}.attn.o",
+        "encoder.layer.{i}.attention.output.dense",
+    ),
+    (
+        "layers.{i}.attn_norm",
+        "encoder.layer.{i}.attention.output.LayerNorm",
+    ),
+    ("layers.{i}.ffn.up", "encoder.layer.{i}.intermediate.dense"),
+    ("layers.{i}.ffn.down", "encoder.layer.{i}.output.dense"),
+    ("layers.{i}.ffn_norm", "encoder.layer.{i}.output.LayerNorm"),
+]];

@@ -15,6 +15,22 @@ pub enum ImportError {
     /// The architecture named in the file is not one Cinder implements.
     #[error("unsupported architecture {0:?} (supported: {1})")]
     UnsupportedArch(String, String),
+    /// A SafeTensors, ONNX or config file is malformed or not a model Cinder can build.
+    #[error("{path}: {reason}")]
+    File {
+        /// the file
+        path: std::path::PathBuf,
+        /// what is wrong
+        reason: String,
+    },
+    /// Reading a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// the file
+        path: std::path::PathBuf,
+        /// the OS error
+        source: std::io::Error,
+    },
     /// The tokenizer does not fit the model.
     #[error("tokenizer does not match the model: {0}")]
     TokenizerMismatch(String),

@@ -2,18 +2,21 @@
 //!
 //! Turns checkpoint files into Cinder models: the GGUF reader ([`gguf`], re-exported from `cinder-gguf`),
 //! per-architecture configs and declarative name tables ([`arch`]), a [`WeightSource`] over GGUF tensors,
-//! tokenizer construction, and the model [`catalog`].
+//! tokenizer construction, sentence-embedding models from SafeTensors or ONNX ([`embedding`]), and
+//! the model [`catalog`].
 //!
 //! [`WeightSource`]: cinder_models::WeightSource
 #![warn(missing_docs)]
 
 pub mod arch;
+pub mod embedding;
 mod error;
 mod gguf_weights;
 mod load;
 
 pub use cinder_catalog as catalog;
 pub use cinder_gguf as gguf;
+pub use embedding::load_embedder;
 pub use error::{ImportError, Result};
 pub use gguf_weights::GgufWeights;
 pub use load::{LoadedModel, ModelInfo, load_gguf};

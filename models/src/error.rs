@@ -19,6 +19,9 @@ pub enum ModelError {
         /// what is wrong
         reason: String,
     },
+    /// An input the model cannot take (empty text, too many texts, an out-of-range token).
+    #[error("bad input: {0}")]
+    Input(String),
     /// An error from the runtime layer (e.g. building a linear layer).
     #[error(transparent)]
     Runtime(#[from] cinder_runtime::RuntimeError),

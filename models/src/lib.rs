@@ -1,12 +1,14 @@
 //! # cinder-models
 //!
 //! Model architectures written once against Burn's `Backend` trait: [`llama`] (Llama, SmolLM, Mistral,
-//! Qwen2) and [`gemma3`]. Each has a `Config` with `validate()`, a `load` from a [`WeightSource`], and a
+//! Qwen2), [`gemma3`] and the [`bert`] encoder behind [`embed`]'s sentence embeddings. Each has a `Config` with `validate()`, a `load` from a [`WeightSource`], and a
 //! `forward` that goes through the runtime's linear layer and attention op, so models never branch on
 //! backend, quantization or cache layout.
 #![warn(missing_docs)]
 
 mod any;
+pub mod bert;
+pub mod embed;
 mod error;
 pub mod gemma3;
 pub mod layers;

@@ -25,6 +25,15 @@ pub trait WeightSource<B: InferenceBackend> {
     /// A vector of `len` f32 values (norm weights).
     fn vector(&mut self, path: &str, len: usize) -> Result<Tensor<B, 1>>;
 
+    /// The `len` f32 bias values of a norm at `path` (LayerNorm's `.bias`). Sources of architectures
+    /// without norm biases need not provide it.
+    fn bias_vector(&mut self, path: &str, _len: usize) -> Result<Tensor<B, 1>> {
+        Err(crate::ModelError::Weight {
+            path: path.to_string(),
+            reason: "this weight source has no norm biases".into(),
+        })
+    }
+
     /// The device weights are placed on.
     fn device(&self) -> B::Device;
 }

@@ -1,0 +1,170 @@
+//! Sentence-embedding models from HF SafeTensors directories or ONNX exports.
+//!
+//! A model directory holds `model.safetensors` + `config.json` + `tokenizer.json` (and, from
+//! sentence-transformers, `1_Pooling/config.json` and `sentence_bert_config.json`, read when
+//! present). An ONNX model is a `.onnx` file with a `tokenizer.json` beside it; its config comes from
+//! the graph ([`onnx`]). Pickle checkpoints are refused.
+
+mod named;
+pub mod onnx;
+mod onnx_proto;
+pub mod safetensors;
+
+use std::path::{Path, PathBuf};
+
+use cinder_models::bert::{Bert, BertConfig};
+use cinder_models::embed::{Pooling, SentenceEmbedder};
+use cinder_runtime::InferenceBackend;
+
+pub use named::{F32Tensor, NamedWeights, bert_prefix};
+
+use crate::arch::BERT_HF_NAMES;
+use crate::error::{ImportError, Result};
+
+/// Extensions of pickle-based checkpoints, which can run code when loaded.
+const PICKLE_EXTENSIONS: &[&str] = &["bin", "pt", "pth", "ckpt", "pkl", "pickle"];
+
+fn file_err(path: &Path, reason: impl Into<String>) -> ImportError {
+    ImportError::File {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    std::fs::read_to_string(path).map_err(|source| ImportError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The weights file an embedding model path designates: `(weights, directory)`.
+fn locate(path: &Path) -> Result<(PathBuf, PathBuf)> {
+    let ext = |p: &Path| {
+        p.extension()
+            .map(|e| e.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default()
+    };
+    if path.is_dir() {
+        let st = path.join("model.safetensors");
+        if st.is_file() {
+            return Ok((st, path.to_path_buf()));
+        }
+        let entries = std::fs::read_dir(path).map_err(|source| ImportError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut onnx: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| ext(p) == "onnx")
+            .collect();
+        onnx.sort();
+        return match onnx.len() {
+            1 => Ok((onnx.remove(0), path.to_path_buf())),
+            0 => Err(file_err(
+                path,
+                "no model.safetensors or .onnx file in this directory (pickle `.bin` checkpoints \
+                 are not loaded: convert them to SafeTensors)",
+            )),
+            _ => Err(file_err(
+                path,
+                "several .onnx files here: name the one to load",
+            )),
+        };
+    }
+    if !path.is_file() {
+        return Err(file_err(path, "no such file or directory"));
+    }
+    let e = ext(path);
+    if PICKLE_EXTENSIONS.contains(&e.as_str()) {
+        return Err(file_err(
+            path,
+            "pickle checkpoints can execute arbitrary code when loaded and are refused; convert \
+             the model to SafeTensors (e.g. `save_pretrained(..., safe_serialization=True)`)",
+        ));
+    }
+    if e != "safetensors" && e != "onnx" {
+        return Err(file_err(
+            path,
+            "not a .safetensors or .onnx embedding model",
+        ));
+    }
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    Ok((path.to_path_buf(), dir))
+}
+
+/// Loads a sentence-embedding model (see the module docs for what `path` may be). `name` is how
+/// the model is reported (e.g. its catalog name).
+pub fn load_embedder<B: InferenceBackend>(
+    name: &str,
+    path: &Path,
+    device: &B::Device,
+) -> Result<SentenceEmbedder<B>> {
+    let (weights, dir) = locate(path)?;
+    let is_onnx = weights
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
+    let (config, tensors, prefix) = if is_onnx {
+        let (config, tensors) = onnx::read_onnx_bert(&weights)?;
+        (config, tensors, String::new())
+    } else {
+        let cfg_path = dir.join("config.json");
+        if !cfg_path.is_file() {
+            return Err(file_err(
+                &dir,
+                "config.json is missing beside model.safetensors",
+            ));
+        }
+        let config = BertConfig::from_hf_json(&read_text(&cfg_path)?)
+            .map_err(|e| file_err(&cfg_path, e.to_string()))?;
+        let tensors = safetensors::read_f32_tensors(&weights)?;
+        let prefix = bert_prefix(tensors.keys()).ok_or_else(|| {
+            file_err(
+                &weights,
+                "no `embeddings.word_embeddings.weight` tensor: not a BERT checkpoint",
+            )
+        })?;
+        (config, tensors, prefix)
+    };
+    let tok_path = dir.join("tokenizer.json");
+    if !tok_path.is_file() {
+        return Err(file_err(&dir, "tokenizer.json is missing beside the model"));
+    }
+    let tokenizer = SentenceEmbedder::<B>::read_tokenizer(&tok_path)?;
+    let pooling_path = dir.join("1_Pooling").join("config.json");
+    let pooling = if pooling_path.is_file() {
+        Pooling::from_sentence_transformers(&read_text(&pooling_path)?)?
+    } else {
+        Pooling::Mean
+    };
+    let max_tokens = sentence_max_tokens(&dir)?.unwrap_or(config.max_position_embeddings);
+    let mut src = NamedWeights::<B>::new(tensors, prefix, BERT_HF_NAMES, device.clone());
+    let model = Bert::load(config, &mut src)?;
+    let embedder =
+        SentenceEmbedder::new(name, model, tokenizer, pooling, max_tokens, device.clone())
+            .map_err(|e| ImportError::TokenizerMismatch(e.to_string()))?;
+    tracing::info!(
+        model = name,
+        dim = embedder.dim(),
+        pooling = ?embedder.pooling(),
+        max_tokens = embedder.max_tokens(),
+        "embedding model loaded"
+    );
+    Ok(embedder)
+}
+
+/// `max_seq_length` from sentence-transformers' `sentence_bert_config.json`, when present.
+fn sentence_max_tokens(dir: &Path) -> Result<Option<usize>> {
+    let p = dir.join("sentence_bert_config.json");
+    if !p.is_file() {
+        return Ok(None);
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&read_text(&p)?).map_err(|e| file_err(&p, e.to_string()))?;
+    Ok(v.get("max_seq_length")
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|n| usize::try_from(n).ok()))
+}

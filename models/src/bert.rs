@@ -1,0 +1,349 @@
+//! BERT-family encoder, as sentence-embedding models use it (all-MiniLM-L6-v2, paraphrase-MiniLM).
+//!
+//! References: Devlin et al., 2019, "BERT: Pre-training of Deep Bidirectional Transformers"; Wang et
+//! al., 2020, "MiniLM"; Reimers & Gurevych, 2019, "Sentence-BERT" (mean pooling). Post-norm blocks:
+//! `x = LN(x + Attn(x))`, `x = LN(x + W2·gelu(W1·x))`, learned absolute positions, token-type
+//! embeddings, bidirectional attention with a padding mask, biases everywhere.
+
+use burn::config::Config;
+use burn::module::{Module, Param};
+use burn::tensor::activation::{gelu, relu, softmax};
+use burn::tensor::{Int, Tensor};
+use cinder_runtime::InferenceBackend;
+use cinder_runtime::quant::QLinear;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ModelError, Result, check_shape};
+use crate::layers::{merge_heads, split_heads};
+use crate::loader::WeightSource;
+
+/// The feed-forward activation (`hidden_act` in an HF config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BertActivation {
+    /// exact GELU, `x·Φ(x)` (erf): HF `gelu`
+    Gelu,
+    /// tanh-approximated GELU: HF `gelu_new` / `gelu_pytorch_tanh`
+    GeluTanh,
+    /// HF `relu`
+    Relu,
+}
+
+impl BertActivation {
+    /// Parses an HF `hidden_act` value.
+    pub fn from_hf(name: &str) -> Result<Self> {
+        match name {
+            "gelu" => Ok(Self::Gelu),
+            "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Ok(Self::GeluTanh),
+            "relu" => Ok(Self::Relu),
+            other => Err(ModelError::Config {
+                arch: "bert".into(),
+                reason: format!("hidden_act {other:?} is not supported (gelu, gelu_new, relu)"),
+            }),
+        }
+    }
+}
+
+/// Hyper-parameters of a BERT encoder (the HF `config.json` fields of the same meaning).
+#[derive(Config, Debug, PartialEq)]
+pub struct BertConfig {
+    /// vocabulary size
+    pub vocab_size: usize,
+    /// model width
+    pub hidden_size: usize,
+    /// encoder blocks
+    pub num_layers: usize,
+    /// attention heads
+    pub num_heads: usize,
+    /// feed-forward width
+    pub intermediate_size: usize,
+    /// learned positions (the longest input)
+    pub max_position_embeddings: usize,
+    /// token-type (segment) embeddings
+    #[config(default = 2)]
+    pub type_vocab_size: usize,
+    /// LayerNorm epsilon
+    #[config(default = 1e-12)]
+    pub layer_norm_eps: f64,
+    /// feed-forward activation
+    #[config(default = "BertActivation::Gelu")]
+    pub activation: BertActivation,
+}
+
+/// The subset of an HF BERT `config.json` Cinder reads.
+#[derive(Deserialize)]
+struct HfBertConfig {
+    model_type: Option<String>,
+    vocab_size: usize,
+    hidden_size: usize,
+    num_hidden_layers: usize,
+    num_attention_heads: usize,
+    intermediate_size: usize,
+    max_position_embeddings: usize,
+    #[serde(default = "two")]
+    type_vocab_size: usize,
+    #[serde(default = "default_eps")]
+    layer_norm_eps: f64,
+    #[serde(default = "default_act")]
+    hidden_act: String,
+    #[serde(default)]
+    position_embedding_type: Option<String>,
+}
+
+fn two() -> usize {
+    2
+}
+fn default_eps() -> f64 {
+    1e-12
+}
+fn default_act() -> String {
+    "gelu".into()
+}
+
+impl BertConfig {
+    /// Reads an HF `config.json` of a BERT-family model (`bert`, or a model type with BERT's
+    /// layout such as MiniLM exports).
+    pub fn from_hf_json(text: &str) -> Result<Self> {
+        let bad = |reason: String| ModelError::Config {
+            arch: "bert".into(),
+            reason,
+        };
+        let hf: HfBertConfig =
+            serde_json::from_str(text).map_err(|e| bad(format!("config.json: {e}")))?;
+        if let Some(t) = hf.model_type.as_deref()
+            && !matches!(t, "bert" | "minilm")
+        {
+            return Err(bad(format!(
+                "model_type {t:?} is not a BERT encoder (supported: bert)"
+            )));
+        }
+        if let Some(p) = hf.position_embedding_type.as_deref()
+            && p != "absolute"
+        {
+            return Err(bad(format!(
+                "position_embedding_type {p:?} is not supported (absolute)"
+            )));
+        }
+        let c = BertConfig::new(
+            hf.vocab_size,
+            hf.hidden_size,
+            hf.num_hidden_layers,
+            hf.num_attention_heads,
+            hf.intermediate_size,
+            hf.max_position_embeddings,
+        )
+        .with_type_vocab_size(hf.type_vocab_size)
+        .with_layer_norm_eps(hf.layer_norm_eps)
+        .with_activation(BertActivation::from_hf(&hf.hidden_act)?);
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks sizes are non-zero and the width splits into the heads.
+    pub fn validate(&self) -> Result<()> {
+        check_shape(
+            "bert",
+            &[
+                ("vocab_size", self.vocab_size),
+                ("hidden_size", self.hidden_size),
+                ("num_layers", self.num_layers),
+                ("num_heads", self.num_heads),
+                ("intermediate_size", self.intermediate_size),
+                ("max_position_embeddings", self.max_position_embeddings),
+                ("type_vocab_size", self.type_vocab_size),
+            ],
+            self.num_heads,
+            1,
+        )?;
+        if !self.hidden_size.is_multiple_of(self.num_heads) {
+            return Err(ModelError::Config {
+                arch: "bert".into(),
+                reason: format!(
+                    "hidden_size {} is not a multiple of num_heads {}",
+                    self.hidden_size, self.num_heads
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Per-head width.
+    pub fn head_dim(&self) -> usize {
+        self.hidden_size / self.num_heads
+    }
+}
+
+/// LayerNorm with a bias: `(x - mean) / sqrt(var + eps) * w + b` over the last axis.
+#[derive(Module, Debug)]
+pub struct LayerNorm<B: InferenceBackend> {
+    /// `[d]`
+    pub weight: Param<Tensor<B, 1>>,
+    /// `[d]`
+    pub bias: Param<Tensor<B, 1>>,
+    /// epsilon inside the square root
+    pub eps: f64,
+}
+
+impl<B: InferenceBackend> LayerNorm<B> {
+    fn load(w: &mut impl WeightSource<B>, path: &str, d: usize, eps: f64) -> Result<Self> {
+        Ok(Self {
+            weight: Param::from_tensor(w.vector(path, d)?),
+            bias: Param::from_tensor(w.bias_vector(path, d)?),
+            eps,
+        })
+    }
+
+    /// `x` `[..., d]` -> same shape.
+    pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
+        let mean = x.clone().mean_dim(D - 1);
+        let centered = x - mean;
+        let var = centered.clone().powi_scalar(2).mean_dim(D - 1);
+        let inv = var.add_scalar(self.eps).sqrt().recip();
+        centered * inv * self.weight.val().unsqueeze::<D>() + self.bias.val().unsqueeze::<D>()
+    }
+}
+
+/// One post-norm encoder block.
+#[derive(Module, Debug)]
+pub struct BertLayer<B: InferenceBackend> {
+    q: QLinear<B>,
+    k: QLinear<B>,
+    v: QLinear<B>,
+    o: QLinear<B>,
+    attn_norm: LayerNorm<B>,
+    up: QLinear<B>,
+    down: QLinear<B>,
+    ffn_norm: LayerNorm<B>,
+}
+
+/// A BERT encoder: embeddings and blocks (no pooler; sentence models pool the hidden states).
+#[derive(Module, Debug)]
+pub struct Bert<B: InferenceBackend> {
+    word: QLinear<B>,
+    position: QLinear<B>,
+    token_type: QLinear<B>,
+    emb_norm: LayerNorm<B>,
+    layers: Vec<BertLayer<B>>,
+    #[module(skip)]
+    config: BertConfig,
+}
+
+impl<B: InferenceBackend> Bert<B> {
+    /// Loads the weights at the module paths `embeddings.{word,position,token_type,norm}` and
+    /// `layers.{i}.{attn.q,attn.k,attn.v,attn.o,attn_norm,ffn.up,ffn.down,ffn_norm}`.
+    pub fn load(config: BertConfig, w: &mut impl WeightSource<B>) -> Result<Self> {
+        config.validate()?;
+        let (d, ff, eps) = (
+            config.hidden_size,
+            config.intermediate_size,
+            config.layer_norm_eps,
+        );
+        let word = w.linear("embeddings.word", config.vocab_size, d, false)?;
+        let position = w.linear(
+            "embeddings.position",
+            config.max_position_embeddings,
+            d,
+            false,
+        )?;
+        let token_type = w.linear("embeddings.token_type", config.type_vocab_size, d, false)?;
+        let emb_norm = LayerNorm::load(w, "embeddings.norm", d, eps)?;
+        let layers = (0..config.num_layers)
+            .map(|i| {
+                let p = |s: &str| format!("layers.{i}.{s}");
+                Ok(BertLayer {
+                    q: w.linear(&p("attn.q"), d, d, true)?,
+                    k: w.linear(&p("attn.k"), d, d, true)?,
+                    v: w.linear(&p("attn.v"), d, d, true)?,
+                    o: w.linear(&p("attn.o"), d, d, true)?,
+                    attn_norm: LayerNorm::load(w, &p("attn_norm"), d, eps)?,
+                    up: w.linear(&p("ffn.up"), ff, d, true)?,
+                    down: w.linear(&p("ffn.down"), d, ff, true)?,
+                    ffn_norm: LayerNorm::load(w, &p("ffn_norm"), d, eps)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            word,
+            position,
+            token_type,
+            emb_norm,
+            layers,
+            config,
+        })
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &BertConfig {
+        &self.config
+    }
+
+    /// Hidden states of every position.
+    ///
+    /// `ids`, `type_ids` `[b, t]` (t ≤ `max_position_embeddings`, padding on the right), `mask`
+    /// `[b, t]` (1 for tokens, 0 for padding) -> `[b, t, hidden]`. Padding positions attend to
+    /// nothing that matters: their keys get a large negative bias, so real tokens never see them.
+    pub fn forward(
+        &self,
+        ids: Tensor<B, 2, Int>,
+        type_ids: Tensor<B, 2, Int>,
+        mask: Tensor<B, 2>,
+    ) -> Tensor<B, 3> {
+        let [b, t] = ids.dims();
+        let (d, heads, hd) = (
+            self.config.hidden_size,
+            self.config.num_heads,
+            self.config.head_dim(),
+        );
+        let device = ids.device();
+        let rows = |table: &QLinear<B>, ids: Tensor<B, 2, Int>| {
+            table.rows(ids.reshape([b * t])).reshape([b, t, d])
+        };
+        let positions = Tensor::<B, 1, Int>::arange(0..t as i64, &device)
+            .unsqueeze::<2>()
+            .expand([b, t]);
+        let x = rows(&self.word, ids)
+            + rows(&self.position, positions)
+            + rows(&self.token_type, type_ids);
+        let mut x = self.emb_norm.forward(x);
+        // [b, 1, 1, t]: 0 for tokens, -1e9 for padding (HF adds the dtype's minimum; any value whose
+        // exp() underflows after softmax's max-shift gives the same weights).
+        let bias = mask
+            .neg()
+            .add_scalar(1.0)
+            .mul_scalar(-1.0e9)
+            .reshape([b, 1, 1, t]);
+        let scale = 1.0 / (hd as f64).sqrt();
+        for l in &self.layers {
+            // [b, heads, t, hd]
+            let q = split_heads(l.q.forward(x.clone()), heads, hd);
+            let k = split_heads(l.k.forward(x.clone()), heads, hd);
+            let v = split_heads(l.v.forward(x.clone()), heads, hd);
+            // [b, heads, t, t]
+            let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + bias.clone();
+            let ctx = merge_heads(softmax(scores, 3).matmul(v));
+            x = l.attn_norm.forward(x + l.o.forward(ctx));
+            let h = l.up.forward(x.clone());
+            let h = match self.config.activation {
+                BertActivation::Gelu => gelu(h),
+                BertActivation::GeluTanh => gelu_tanh(h),
+                BertActivation::Relu => relu(h),
+            };
+            x = l.ffn_norm.forward(x + l.down.forward(h));
+        }
+        x
+    }
+}
+
+/// GELU, tanh approximation, in plain f32: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+fn gelu_tanh<B: InferenceBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    let inner = x
+        .clone()
+        .mul(
+            x.clone()
+                .powi_scalar(2)
+                .mul_scalar(0.044_715)
+                .add_scalar(1.0),
+        )
+        .mul_scalar(SQRT_2_OVER_PI);
+    x.mul_scalar(0.5) * inner.tanh().add_scalar(1.0)
+}

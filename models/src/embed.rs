@@ -1,0 +1,297 @@
+//! Sentence embeddings: tokenizer + [`Bert`] encoder + pooling (+ optional L2 normalization), the
+//! sentence-transformers recipe.
+//!
+//! Inputs are tokenized together, sorted by length and run in batches of at most
+//! [`SentenceEmbedder::max_batch`] sequences, each padded only to its own longest member (the
+//! shipped `tokenizer.json` of all-MiniLM-L6-v2 pads every input to 128 tokens; that setting is
+//! replaced, and the attention mask keeps padding out of attention and pooling). Results come back
+//! in input order.
+
+use std::path::Path;
+
+use burn::tensor::{Int, Tensor, TensorData};
+use cinder_runtime::InferenceBackend;
+use serde::{Deserialize, Serialize};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+use crate::bert::Bert;
+use crate::error::{ModelError, Result};
+
+/// Largest number of texts one call accepts (OpenAI's embeddings endpoint has the same limit).
+pub const MAX_INPUTS: usize = 2048;
+
+/// How token states become one vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// Mean over the real (unmasked) tokens.
+    Mean,
+    /// The first token's state (`[CLS]`).
+    Cls,
+}
+
+impl Pooling {
+    /// Reads a sentence-transformers `1_Pooling/config.json`.
+    pub fn from_sentence_transformers(text: &str) -> Result<Self> {
+        #[derive(Deserialize)]
+        struct St {
+            #[serde(default)]
+            pooling_mode_cls_token: bool,
+            #[serde(default)]
+            pooling_mode_mean_tokens: bool,
+            #[serde(default)]
+            pooling_mode_max_tokens: bool,
+        }
+        let st: St = serde_json::from_str(text).map_err(|e| bad(format!("pooling config: {e}")))?;
+        match (
+            st.pooling_mode_mean_tokens,
+            st.pooling_mode_cls_token,
+            st.pooling_mode_max_tokens,
+        ) {
+            (true, false, false) => Ok(Pooling::Mean),
+            (false, true, false) => Ok(Pooling::Cls),
+            _ => Err(bad(
+                "pooling config asks for a mode other than mean or cls alone".into(),
+            )),
+        }
+    }
+}
+
+fn bad(reason: String) -> ModelError {
+    ModelError::Config {
+        arch: "sentence-embedder".into(),
+        reason,
+    }
+}
+
+fn input_err(reason: String) -> ModelError {
+    ModelError::Input(reason)
+}
+
+/// A sentence-embedding model ready to encode text.
+#[derive(Debug)]
+pub struct SentenceEmbedder<B: InferenceBackend> {
+    model: Bert<B>,
+    tokenizer: Tokenizer,
+    pooling: Pooling,
+    max_tokens: usize,
+    max_batch: usize,
+    name: String,
+    device: B::Device,
+}
+
+impl<B: InferenceBackend> SentenceEmbedder<B> {
+    /// Puts a model and its tokenizer together. Truncation is at `max_tokens` (clamped to the model's
+    /// positions); a tokenizer whose vocabulary does not fit the model is refused.
+    pub fn new(
+        name: &str,
+        model: Bert<B>,
+        mut tokenizer: Tokenizer,
+        pooling: Pooling,
+        max_tokens: usize,
+        device: B::Device,
+    ) -> Result<Self> {
+        let vocab = tokenizer.get_vocab_size(true);
+        let model_vocab = model.config().vocab_size;
+        if vocab > model_vocab {
+            return Err(bad(format!(
+                "the tokenizer has {vocab} tokens but the model embeds only {model_vocab}: they do \
+                 not belong together"
+            )));
+        }
+        let max_tokens = max_tokens.clamp(2, model.config().max_position_embeddings);
+        let mut padding = tokenizer.get_padding().cloned().unwrap_or(PaddingParams {
+            pad_id: 0,
+            pad_token: "[PAD]".into(),
+            ..PaddingParams::default()
+        });
+        padding.strategy = PaddingStrategy::BatchLongest;
+        tokenizer.with_padding(Some(padding));
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_tokens,
+                ..TruncationParams::default()
+            }))
+            .map_err(|e| bad(format!("truncation: {e}")))?;
+        Ok(Self {
+            model,
+            tokenizer,
+            pooling,
+            max_tokens,
+            max_batch: 32,
+            name: name.to_string(),
+            device,
+        })
+    }
+
+    /// Loads a `tokenizer.json`.
+    pub fn read_tokenizer(path: &Path) -> Result<Tokenizer> {
+        Tokenizer::from_file(path).map_err(|e| bad(format!("{}: {e}", path.display())))
+    }
+
+    /// The model's name (catalog name or directory).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Embedding width.
+    pub fn dim(&self) -> usize {
+        self.model.config().hidden_size
+    }
+
+    /// Pooling mode.
+    pub fn pooling(&self) -> Pooling {
+        self.pooling
+    }
+
+    /// Longest input in tokens (longer inputs are truncated).
+    pub fn max_tokens(&self) -> usize {
+        self.max_tokens
+    }
+
+    /// Sequences per forward pass.
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// Sets the sequences per forward pass (at least 1).
+    pub fn set_max_batch(&mut self, n: usize) {
+        self.max_batch = n.max(1);
+    }
+
+    /// The encoder.
+    pub fn model(&self) -> &Bert<B> {
+        &self.model
+    }
+
+    /// Token ids of one text (with `[CLS]`/`[SEP]`, truncated, no padding).
+    pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
+        let e = self
+            .tokenizer
+            .encode(text, true)
+            .map_err(|e| input_err(format!("tokenizing: {e}")))?;
+        Ok(e.get_ids().to_vec())
+    }
+
+    /// One vector per text, in input order; L2-normalized when `normalize` is set.
+    pub fn embed(&self, texts: &[&str], normalize: bool) -> Result<Vec<Vec<f32>>> {
+        if texts.len() > MAX_INPUTS {
+            return Err(input_err(format!(
+                "{} texts in one request; at most {MAX_INPUTS} are accepted",
+                texts.len()
+            )));
+        }
+        if let Some(i) = texts.iter().position(|t| t.trim().is_empty()) {
+            return Err(input_err(format!("text {i} is empty")));
+        }
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| input_err(format!("tokenizing: {e}")))?;
+        // Sort by real length so each batch pads little; remember where each result goes.
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        let real_len = |i: usize| {
+            encodings[i]
+                .get_attention_mask()
+                .iter()
+                .filter(|&&m| m == 1)
+                .count()
+        };
+        order.sort_by_key(|&i| real_len(i));
+        let mut out = vec![Vec::new(); texts.len()];
+        for chunk in order.chunks(self.max_batch) {
+            let ids: Vec<Vec<u32>> = chunk
+                .iter()
+                .map(|&i| {
+                    let e = &encodings[i];
+                    let n = real_len(i);
+                    e.get_ids()[..n].to_vec()
+                })
+                .collect();
+            let types: Vec<Vec<u32>> = chunk
+                .iter()
+                .map(|&i| encodings[i].get_type_ids()[..real_len(i)].to_vec())
+                .collect();
+            let vectors = self.embed_ids(&ids, &types, normalize)?;
+            for (&i, v) in chunk.iter().zip(vectors) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Embeds already-tokenized sequences (each with its special tokens, no padding): one forward
+    /// pass, padded to the longest.
+    pub fn embed_ids(
+        &self,
+        ids: &[Vec<u32>],
+        type_ids: &[Vec<u32>],
+        normalize: bool,
+    ) -> Result<Vec<Vec<f32>>> {
+        let b = ids.len();
+        if b == 0 {
+            return Ok(Vec::new());
+        }
+        let t = ids.iter().map(Vec::len).max().unwrap_or(0);
+        let cfg = self.model.config();
+        if t == 0 || t > cfg.max_position_embeddings {
+            return Err(input_err(format!(
+                "sequence of {t} tokens; the model takes 1..={}",
+                cfg.max_position_embeddings
+            )));
+        }
+        let (mut flat_ids, mut flat_types, mut flat_mask) =
+            (vec![0i64; b * t], vec![0i64; b * t], vec![0f32; b * t]);
+        for (r, (seq, types)) in ids.iter().zip(type_ids).enumerate() {
+            for (c, &id) in seq.iter().enumerate() {
+                if id as usize >= cfg.vocab_size {
+                    return Err(input_err(format!(
+                        "token id {id} is outside the model's vocabulary of {}",
+                        cfg.vocab_size
+                    )));
+                }
+                let ty = types.get(c).copied().unwrap_or(0);
+                if ty as usize >= cfg.type_vocab_size {
+                    return Err(input_err(format!("token type {ty} is out of range")));
+                }
+                flat_ids[r * t + c] = i64::from(id);
+                flat_types[r * t + c] = i64::from(ty);
+                flat_mask[r * t + c] = 1.0;
+            }
+        }
+        let dev = &self.device;
+        let ids_t = Tensor::<B, 2, Int>::from_data(TensorData::new(flat_ids, [b, t]), dev);
+        let types_t = Tensor::<B, 2, Int>::from_data(TensorData::new(flat_types, [b, t]), dev);
+        let mask = Tensor::<B, 2>::from_data(TensorData::new(flat_mask, [b, t]), dev);
+        // [b, t, d]
+        let h = self.model.forward(ids_t, types_t, mask.clone());
+        let d = cfg.hidden_size;
+        // [b, d]
+        let pooled = match self.pooling {
+            Pooling::Mean => {
+                let m = mask.clone().unsqueeze_dim::<3>(2);
+                let sum = (h * m).sum_dim(1).reshape([b, d]);
+                let count = mask.sum_dim(1).clamp_min(1e-9);
+                sum / count
+            }
+            Pooling::Cls => h.narrow(1, 0, 1).reshape([b, d]),
+        };
+        let pooled = if normalize {
+            // sentence-transformers' Normalize: x / max(‖x‖, 1e-12)
+            let norm = pooled
+                .clone()
+                .powi_scalar(2)
+                .sum_dim(1)
+                .sqrt()
+                .clamp_min(1e-12);
+            pooled / norm
+        } else {
+            pooled
+        };
+        let data = pooled.into_data().convert::<f32>();
+        let values = data
+            .as_slice::<f32>()
+            .map_err(|e| input_err(format!("reading embeddings: {e:?}")))?;
+        Ok(values.chunks_exact(d).map(<[f32]>::to_vec).collect())
+    }
+}
