@@ -253,6 +253,10 @@ fn host_values<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f32> {
         .unwrap_or_default()
 }
 
+/// Rows from which an F32 weight's product goes through Burn's gemm instead of the dot kernel.
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+const F32_GEMM_MIN_ROWS: usize = 8;
+
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 fn host_matmul<B: Backend>(x: Tensor<B, 2>, w: &HostQMatrix<B::Device>) -> Tensor<B, 2> {
     let [m, k] = x.dims();
@@ -261,6 +265,19 @@ fn host_matmul<B: Backend>(x: Tensor<B, 2>, w: &HostQMatrix<B::Device>) -> Tenso
         "qw_matmul: input width {k} for a weight of {} inputs",
         w.w.k
     );
+    if w.w.ty == GgmlType::F32 && m >= F32_GEMM_MIN_ROWS {
+        // Many rows of an f32 weight (encoder batches, prefill of an F32 checkpoint): Burn's blocked
+        // gemm reads each weight tile once for many rows, where the row-by-row dot kernel re-reads
+        // the whole weight per row. The weight view costs one copy of `n·k` floats, small next to
+        // the `m·n·k` product.
+        let vals: Vec<f32> =
+            w.w.data
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+        let wt = Tensor::<B, 2>::from_data(TensorData::new(vals, [w.w.n, k]), &w.device);
+        return x.matmul(wt.transpose());
+    }
     let xs = host_values(x);
     let mut y = vec![0.0f32; m * w.w.n];
     // Shapes were validated when the weight was prepared and just above.

@@ -134,6 +134,10 @@ impl HnswStore {
         Ok(s)
     }
 
+    pub(crate) fn set_expansion_search(&self, ef: usize) {
+        self.index.change_expansion_search(ef.max(1));
+    }
+
     pub(crate) fn contains(&self, key: u64) -> bool {
         self.index.contains(key)
     }

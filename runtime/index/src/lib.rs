@@ -284,6 +284,15 @@ impl VectorIndex {
         self.options.model = model;
     }
 
+    /// Sets the HNSW search candidate list (`ef`): higher is slower and finds more true neighbours.
+    /// Recorded in the options, so it is saved with the index. No effect on flat indexes.
+    pub fn set_ef_search(&mut self, ef: usize) {
+        self.options.hnsw.expansion_search = ef.max(1);
+        if let Store::Hnsw(s) = &self.store {
+            s.set_expansion_search(ef);
+        }
+    }
+
     /// Number of points.
     pub fn len(&self) -> usize {
         self.points.len()

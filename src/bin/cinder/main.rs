@@ -1,11 +1,14 @@
 //! The `cinder` command line. Results go to stdout; logs and progress go to stderr.
 
 mod bench;
+mod bench_embed;
 mod bench_engine;
 mod bench_spec;
+mod embed_cmd;
 mod engine_flags;
 mod eval_quant;
 mod generate_cmd;
+mod index_cmd;
 mod info;
 mod perplexity;
 mod quantize;
@@ -58,6 +61,16 @@ enum Command {
     EvalQuant(eval_quant::EvalQuantArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (and gRPC).
     Serve(serve::ServeArgs),
+    /// Turn texts into sentence embeddings.
+    Embed(embed_cmd::EmbedArgs),
+    /// Create, fill and search vector indexes.
+    Index(index_cmd::IndexArgs),
+    /// Measure sentence-embedding throughput (sentences/s) per batch size.
+    #[command(name = "bench-embed")]
+    BenchEmbed(bench_embed::BenchEmbedArgs),
+    /// Measure HNSW against exact search on random unit vectors (build, latency, recall).
+    #[command(name = "bench-index")]
+    BenchIndex(bench_embed::BenchIndexArgs),
 }
 
 #[derive(Args, Debug)]
@@ -103,8 +116,8 @@ fn init_logging(verbose: u8) {
         .init();
 }
 
-fn pick_backend(cli: &Cli) -> Result<BackendKind> {
-    let kind = match &cli.backend {
+fn pick_backend(backend: Option<&str>, threads: Option<usize>) -> Result<BackendKind> {
+    let kind = match backend {
         Some(name) => {
             let k: BackendKind = name.parse()?;
             if !k.is_compiled() {
@@ -122,7 +135,7 @@ fn pick_backend(cli: &Cli) -> Result<BackendKind> {
         }
         None => backends::default_kind()?,
     };
-    if let Some(t) = cli.threads {
+    if let Some(t) = threads {
         if kind.is_cpu() {
             backends::set_threads(t)?;
         } else {
@@ -139,8 +152,20 @@ fn main() -> Result<()> {
         Command::Pull(p) => pull(p),
         Command::Info(a) => info::run(a),
         Command::Quantize(a) => quantize::run(a),
+        Command::BenchIndex(a) => bench_embed::bench_index(a),
+        Command::Index(_) => {
+            let Command::Index(a) = cli.cmd else {
+                unreachable!()
+            };
+            match index_cmd::run_local(a)? {
+                Some(task) => {
+                    backends::dispatch(pick_backend(cli.backend.as_deref(), cli.threads)?, task)?
+                }
+                None => Ok(()),
+            }
+        }
         _ => {
-            let kind = pick_backend(&cli)?;
+            let kind = pick_backend(cli.backend.as_deref(), cli.threads)?;
             tracing::info!(backend = %kind, "backend selected");
             let threads = cli.threads;
             match cli.cmd {
@@ -157,7 +182,13 @@ fn main() -> Result<()> {
                         threads,
                     },
                 )?,
-                Command::Pull(_) | Command::Info(_) | Command::Quantize(_) => {
+                Command::Embed(a) => backends::dispatch(kind, embed_cmd::EmbedTask(a))?,
+                Command::BenchEmbed(a) => backends::dispatch(kind, bench_embed::BenchEmbedTask(a))?,
+                Command::Pull(_)
+                | Command::Info(_)
+                | Command::Quantize(_)
+                | Command::Index(_)
+                | Command::BenchIndex(_) => {
                     unreachable!("handled above")
                 }
             }
