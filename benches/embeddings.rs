@@ -52,7 +52,9 @@ fn vectors(n: usize, dim: usize, mut s: u64) -> Vec<Vec<f32>> {
         .map(|_| {
             (0..dim)
                 .map(|_| {
-                    s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    s = s
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
                     ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
                 })
                 .collect()

@@ -90,7 +90,10 @@ fn embed_bad_inputs() {
         "text 0 is empty",
     );
     fails(&["embed", "all-minilm-l6-v2"], "nothing to embed");
-    fails(&["embed", "/nonexistent/model", "--text", "x"], "resolving model");
+    fails(
+        &["embed", "/nonexistent/model", "--text", "x"],
+        "resolving model",
+    );
     let dir = tempfile::tempdir().expect("tmp");
     // A pickle checkpoint is refused with the reason.
     let bin = dir.path().join("pytorch_model.bin");
