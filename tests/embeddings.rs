@@ -169,3 +169,56 @@ fn onnx_models_match_onnxruntime() {
         dispatch(kind, OnnxCheck(kind)).expect("backend");
     }
 }
+
+/// Damaged ONNX files (truncated, bytes flipped, a foreign file) give errors, never panics.
+#[test]
+fn damaged_onnx_files_are_refused_without_panics() {
+    let src = model_path("all-minilm-l6-v2-onnx-int8");
+    let bytes = std::fs::read(&src).expect("read");
+    let dir = tempfile::tempdir().expect("tmp");
+    let tok = src.with_file_name("tokenizer.json");
+    std::fs::copy(&tok, dir.path().join("tokenizer.json")).expect("copy");
+    let path = dir.path().join("model.onnx");
+    let mut s = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let mut cases: Vec<(String, Vec<u8>)> = vec![
+        ("empty".into(), Vec::new()),
+        ("foreign".into(), b"{\"not\": \"onnx\"}".to_vec()),
+        ("header only".into(), bytes[..4096].to_vec()),
+    ];
+    for i in 0..6 {
+        let cut = (next() as usize) % bytes.len();
+        cases.push((format!("truncated {i} at {cut}"), bytes[..cut].to_vec()));
+        let mut b = bytes.clone();
+        // Flip bytes in the first 64 KiB, where the graph's structure (not weight data) lives.
+        for _ in 0..8 {
+            let at = (next() as usize) % 65_536;
+            b[at] ^= 1 << (next() % 8);
+        }
+        cases.push((format!("flipped {i}"), b));
+    }
+    struct Load(std::path::PathBuf);
+    impl BackendTask for Load {
+        type Output = Result<usize, String>;
+        fn run<B: InferenceBackend>(self, device: B::Device) -> Result<usize, String> {
+            cinder::importer::load_embedder::<B>("damaged", &self.0, &device)
+                .map(|e| e.dim())
+                .map_err(|e| e.to_string())
+        }
+    }
+    for (what, b) in cases {
+        std::fs::write(&path, &b).expect("write");
+        let p = path.clone();
+        let r = std::panic::catch_unwind(|| dispatch(primary_backend(), Load(p)).expect("backend"));
+        match r {
+            Ok(Ok(dim)) => eprintln!("{what}: still loads ({dim}-d)"),
+            Ok(Err(e)) => eprintln!("{what}: {e}"),
+            Err(_) => panic!("{what}: panicked"),
+        }
+    }
+}
