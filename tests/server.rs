@@ -2,111 +2,15 @@
 //! clients. Greedy text over the API equals `cinder run` / `cinder chat`; errors have OpenAI's
 //! shape and status; disconnects, deadlines, overload and SIGTERM behave as documented.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::io::Read;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-struct Server {
-    child: Child,
-    http: String,
-    grpc: Option<String>,
-}
+mod common;
 
-impl Server {
-    fn start(extra: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cinder"))
-            .args(["serve", "smollm2-135m", "--port", "0", "--grpc-port", "0"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("cinder serve starts");
-        let out = child.stdout.take().expect("stdout");
-        let mut lines = BufReader::new(out).lines();
-        let mut http = None;
-        let mut grpc = None;
-        while http.is_none() || (grpc.is_none() && !extra.contains(&"--no-grpc")) {
-            let line = lines
-                .next()
-                .expect("server printed its address")
-                .expect("stdout line");
-            if let Some(a) = line.strip_prefix("listening on ") {
-                http = Some(a.to_string());
-            } else if let Some(a) = line.strip_prefix("grpc listening on ") {
-                grpc = Some(format!("http://{a}"));
-            }
-        }
-        Self {
-            child,
-            http: http.unwrap_or_default(),
-            grpc,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.http)
-    }
-
-    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let r = client()
-            .post(self.url(path))
-            .json(body)
-            .send()
-            .expect("request");
-        let status = r.status().as_u16();
-        (status, r.json().unwrap_or(Value::Null))
-    }
-
-    /// A streamed request: the `data:` payloads in order.
-    fn stream(&self, path: &str, body: &Value) -> Vec<String> {
-        let r = client()
-            .post(self.url(path))
-            .json(body)
-            .send()
-            .expect("request");
-        assert_eq!(r.status().as_u16(), 200);
-        let ct = r
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        assert!(ct.starts_with("text/event-stream"), "content-type {ct}");
-        let text = r.text().expect("body");
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .map(str::to_string)
-            .collect()
-    }
-
-    fn metric(&self, name: &str) -> f64 {
-        let text = client()
-            .get(self.url("/metrics"))
-            .send()
-            .and_then(|r| r.text())
-            .expect("metrics");
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(f64::NAN)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn client() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .expect("client")
-}
+use common::server::{Server, client};
 
 fn cli(args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_cinder"))
@@ -491,34 +395,10 @@ fn sigterm_drains_streams_then_exits() {
 }
 
 /// The official OpenAI Python client, unchanged, against `cinder serve` (chat, streamed chat with
-/// usage, completions, models, error classes). The client is installed by pip into Cinder's cache
-/// (`$CINDER_HOME/python`), as the catalog installs models: pinned, reused across runs.
+/// usage, completions, models, error classes), installed by [`common::openai_python_site`].
 #[test]
 fn the_official_openai_python_client_works_unchanged() {
-    let home = std::env::var("CINDER_HOME").map_or_else(
-        |_| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| ".".into()))
-                .join(".cache/cinder")
-        },
-        std::path::PathBuf::from,
-    );
-    let site = home.join("python/openai-3.57.0");
-    if !site.join("openai").exists() {
-        let st = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--target",
-            ])
-            .arg(&site)
-            .arg("openai==3.57.0")
-            .status()
-            .expect("python3 -m pip runs (the model catalog needs it too)");
-        assert!(st.success(), "pip could not install the openai client");
-    }
+    let site = common::openai_python_site();
     let s = Server::start(&["--no-grpc"]);
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),

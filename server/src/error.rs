@@ -22,6 +22,15 @@ pub enum ServerError {
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Grpc(String),
+    /// An embedding request's input is unusable (the message names the field or text).
+    #[error("embedding input: {0}")]
+    EmbedInput(String),
+    /// Too many embedding requests are already waiting.
+    #[error("the embedding queue is full; retry later")]
+    EmbedBusy,
+    /// The embedding model stopped or its task failed.
+    #[error("the embedding model is not available")]
+    EmbedUnavailable,
 }
 
 /// An HTTP error with an OpenAI error body.

@@ -26,8 +26,8 @@ pub mod pb {
 
 use pb::inference_server::{Inference, InferenceServer};
 use pb::{
-    EmbedRequest, EmbedResponse, GenerateRequest, GenerateResponse, HealthRequest, HealthResponse,
-    Usage,
+    EmbedRequest, EmbedResponse, Embedding, GenerateRequest, GenerateResponse, HealthRequest,
+    HealthResponse, Usage,
 };
 
 /// The service.
@@ -227,10 +227,26 @@ impl Inference for Service {
 
     async fn embed(&self, req: Request<EmbedRequest>) -> Result<Response<EmbedResponse>, Status> {
         check_key(&self.state, &req)?;
-        Err(Status::failed_precondition(format!(
-            "this server runs the text-generation model {:?}; no embedding model is loaded",
-            self.state.cfg.model_name
-        )))
+        let Some(svc) = self.state.embedder.clone() else {
+            return Err(Status::failed_precondition(format!(
+                "this server runs the text-generation model {:?}; no embedding model is loaded \
+                 (start it with --embedding-model)",
+                self.state.cfg.model_name
+            )));
+        };
+        let r = req.into_inner();
+        let (vectors, _) = svc.run(r.texts, r.normalize).await.map_err(|e| match e {
+            ServerError::EmbedInput(m) => Status::invalid_argument(m),
+            busy @ ServerError::EmbedBusy => Status::resource_exhausted(busy.to_string()),
+            other => Status::unavailable(other.to_string()),
+        })?;
+        self.state.metrics.count_request("grpc/Embed", 200);
+        Ok(Response::new(EmbedResponse {
+            embeddings: vectors
+                .into_iter()
+                .map(|values| Embedding { values })
+                .collect(),
+        }))
     }
 
     async fn health(

@@ -32,7 +32,7 @@ pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
-        .route("/v1/embeddings", post(embeddings))
+        .route("/v1/embeddings", post(crate::embed::embeddings))
         .route("/v1/models", get(models))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
@@ -140,7 +140,10 @@ async fn ready(State(s): State<AppState>) -> Response {
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
-    let text = s.metrics.render(&s.engine.stats(), &s.cfg.replica_id);
+    let mut text = s.metrics.render(&s.engine.stats(), &s.cfg.replica_id);
+    if let Some(e) = &s.embedder {
+        e.render_metrics(&mut text);
+    }
     (
         [(
             header::CONTENT_TYPE,
@@ -154,21 +157,11 @@ async fn metrics(State(s): State<AppState>) -> Response {
 async fn models(State(s): State<AppState>) -> Json<Value> {
     Json(json!({
         "object": "list",
-        "data": [{"id": s.cfg.model_name, "object": "model", "created": s.created, "owned_by": "cinder"}],
+        "data": std::iter::once(s.cfg.model_name.as_str())
+            .chain(s.embedder.as_ref().map(|e| e.name()))
+            .map(|id| json!({"id": id, "object": "model", "created": s.created, "owned_by": "cinder"}))
+            .collect::<Vec<_>>(),
     }))
-}
-
-async fn embeddings(State(s): State<AppState>) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "invalid_request_error",
-        format!(
-            "this server runs the text-generation model {:?}; no embedding model is loaded",
-            s.cfg.model_name
-        ),
-    )
-    .code("model_not_found")
-    .param("model")
 }
 
 fn unix_now() -> u64 {

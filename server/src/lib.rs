@@ -6,6 +6,7 @@
 //! holds an [`EngineHandle`] and the tokenizer: it is independent of the backend the engine runs on.
 #![warn(missing_docs)]
 
+pub mod embed;
 mod error;
 pub mod grpc;
 pub mod http;
@@ -70,6 +71,7 @@ pub struct Inner {
     metrics: metrics::Metrics,
     draining: AtomicBool,
     created: u64,
+    embedder: Option<Arc<embed::EmbeddingService>>,
 }
 
 /// The handlers' state (cheap to clone).
@@ -77,6 +79,16 @@ pub type AppState = Arc<Inner>;
 
 /// Builds the shared state.
 pub fn state(engine: EngineHandle, tok: Arc<Tokenizer>, cfg: ServerConfig) -> AppState {
+    state_with_embedder(engine, tok, cfg, None)
+}
+
+/// Builds the shared state with a sentence-embedding model behind `/v1/embeddings` and gRPC `Embed`.
+pub fn state_with_embedder(
+    engine: EngineHandle,
+    tok: Arc<Tokenizer>,
+    cfg: ServerConfig,
+    embedder: Option<embed::EmbeddingService>,
+) -> AppState {
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -87,6 +99,7 @@ pub fn state(engine: EngineHandle, tok: Arc<Tokenizer>, cfg: ServerConfig) -> Ap
         metrics: metrics::Metrics::default(),
         draining: AtomicBool::new(false),
         created,
+        embedder: embedder.map(Arc::new),
     })
 }
 

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+pub mod server;
+
 use cinder::backends::{self, BackendKind};
 use serde::Deserialize;
 
@@ -72,4 +74,35 @@ pub fn reference_ppl(file_prefix: &str) -> f64 {
 /// The backend heavy tests run on: the first of [`test_backends`].
 pub fn primary_backend() -> BackendKind {
     test_backends()[0]
+}
+
+/// The official OpenAI Python client, installed by pip into Cinder's cache
+/// (`$CINDER_HOME/python/openai-3.57.0`) as the catalog installs models: pinned, reused across runs.
+/// Returns the directory to put on `PYTHONPATH`.
+pub fn openai_python_site() -> PathBuf {
+    let home = std::env::var("CINDER_HOME").map_or_else(
+        |_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| ".".into()))
+                .join(".cache/cinder")
+        },
+        PathBuf::from,
+    );
+    let site = home.join("python/openai-3.57.0");
+    if !site.join("openai").exists() {
+        let st = std::process::Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--target",
+            ])
+            .arg(&site)
+            .arg("openai==3.57.0")
+            .status()
+            .expect("python3 -m pip runs (the model catalog needs it too)");
+        assert!(st.success(), "pip could not install the openai client");
+    }
+    site
 }

@@ -1,12 +1,15 @@
 //! `cinder serve`: the OpenAI-compatible HTTP server (and gRPC) over the continuous-batching engine.
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use cinder::models::embed::SentenceEmbedder;
 use cinder::prelude::*;
 use cinder::runtime::engine::Engine;
-use cinder::server::{ServerConfig, serve, state};
+use cinder::server::embed::{EmbeddingService, TextEmbedder};
+use cinder::server::{ServerConfig, serve, state_with_embedder};
 use clap::Args;
 
 use crate::engine_flags::EngineFlags;
@@ -43,6 +46,13 @@ pub struct ServeArgs {
     /// This replica's id, sent as `X-Cinder-Replica` (default: the host name).
     #[arg(long)]
     pub replica_id: Option<String>,
+    /// Also serve `/v1/embeddings` (and gRPC `Embed`) with this sentence-embedding model (catalog
+    /// name or path, e.g. all-minilm-l6-v2); clients send its name as `model`.
+    #[arg(long)]
+    pub embedding_model: Option<String>,
+    /// Embedding requests that may wait behind the running one before new ones get 429.
+    #[arg(long, default_value_t = 16)]
+    pub embedding_queue: usize,
     #[command(flatten)]
     pub engine: EngineFlags,
 }
@@ -78,7 +88,18 @@ impl BackendTask for ServeTask {
         if let Some(r) = &a.replica_id {
             cfg.replica_id = r.clone();
         }
-        let st = state(engine.handle(), m.tokenizer.clone(), cfg);
+        let embedder = match &a.embedding_model {
+            Some(name) => {
+                let e = crate::embed_cmd::load_embedder::<B>(name, &device)?;
+                Some(EmbeddingService::new(
+                    name.clone(),
+                    Arc::new(ServedEmbedder::new(e)),
+                    a.embedding_queue,
+                ))
+            }
+            None => None,
+        };
+        let st = state_with_embedder(engine.handle(), m.tokenizer.clone(), cfg, embedder);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -111,6 +132,50 @@ impl BackendTask for ServeTask {
         })?;
         engine.shutdown();
         Ok(())
+    }
+}
+
+/// A sentence embedder on backend `B`, as the server's [`TextEmbedder`]. The mutex makes it `Sync`
+/// whatever the backend's tensors are; the service runs one request at a time anyway.
+struct ServedEmbedder<B: InferenceBackend> {
+    model: std::sync::Mutex<SentenceEmbedder<B>>,
+    dim: usize,
+}
+
+impl<B: InferenceBackend> ServedEmbedder<B> {
+    fn new(model: SentenceEmbedder<B>) -> Self {
+        let dim = model.dim();
+        Self {
+            model: std::sync::Mutex::new(model),
+            dim,
+        }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&SentenceEmbedder<B>) -> T) -> T {
+        // A poisoned lock only means an earlier request panicked; the model itself is unchanged.
+        let guard = self
+            .model
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&guard)
+    }
+}
+
+impl<B: InferenceBackend> TextEmbedder for ServedEmbedder<B> {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn count_tokens(&self, text: &str) -> Result<usize, String> {
+        self.with(|m| {
+            m.token_ids(text)
+                .map(|ids| ids.len())
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    fn embed(&self, texts: &[&str], normalize: bool) -> Result<Vec<Vec<f32>>, String> {
+        self.with(|m| m.embed(texts, normalize).map_err(|e| e.to_string()))
     }
 }
 
