@@ -31,6 +31,15 @@ pub enum ImportError {
         /// the OS error
         source: std::io::Error,
     },
+    /// A record directory is incomplete, altered after import, or not one this Cinder reads; or an
+    /// import was refused (unsafe format, pinned hash mismatch).
+    #[error("{path}: {reason}")]
+    Record {
+        /// the file or directory
+        path: std::path::PathBuf,
+        /// what is wrong
+        reason: String,
+    },
     /// The tokenizer does not fit the model.
     #[error("tokenizer does not match the model: {0}")]
     TokenizerMismatch(String),

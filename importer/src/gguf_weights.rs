@@ -1,67 +1,106 @@
-//! A [`WeightSource`] over the tensors of a GGUF file, addressed through an architecture's name table.
+//! A [`WeightSource`] over GGUF-named tensors (a GGUF file, or a Cinder record holding the same
+//! tensors), addressed through an architecture's name table.
 
 use burn::tensor::{Tensor, TensorData};
-use cinder_gguf::{GgufFile, TensorInfo};
+use cinder_gguf::{GgmlType, GgufFile, SharedBytes};
 use cinder_models::{ModelError, WeightSource};
 use cinder_runtime::InferenceBackend;
 use cinder_runtime::quant::QLinear;
 
 use crate::arch::{NameTable, map_name};
 
-/// GGUF tensors seen through a module-path -> tensor-name table.
-pub struct GgufWeights<'a, B: InferenceBackend> {
-    file: &'a GgufFile,
+/// One stored tensor: its type, GGUF dims (innermost first) and bytes (not copied).
+#[derive(Debug, Clone)]
+pub struct StoredTensor {
+    /// storage type
+    pub ty: GgmlType,
+    /// dims, innermost first (ggml `ne`)
+    pub dims: Vec<u64>,
+    /// the blocks
+    pub data: SharedBytes,
+}
+
+/// Tensors by GGUF name (`blk.3.attn_q.weight`).
+pub trait TensorStore {
+    /// The tensor called `name`, if any.
+    fn stored(&self, name: &str) -> Option<StoredTensor>;
+}
+
+impl TensorStore for GgufFile {
+    fn stored(&self, name: &str) -> Option<StoredTensor> {
+        self.tensor(name).map(|i| StoredTensor {
+            ty: i.ggml_type,
+            dims: i.dims.clone(),
+            data: self.tensor_shared(i),
+        })
+    }
+}
+
+impl TensorStore for std::collections::HashMap<String, StoredTensor> {
+    fn stored(&self, name: &str) -> Option<StoredTensor> {
+        self.get(name).cloned()
+    }
+}
+
+/// Stored tensors seen through a module-path -> tensor-name table.
+pub struct TableWeights<'a, B: InferenceBackend, S: TensorStore + ?Sized> {
+    store: &'a S,
     tables: &'static [NameTable],
     device: B::Device,
 }
 
-impl<'a, B: InferenceBackend> GgufWeights<'a, B> {
-    /// A source over `file` using `tables` (see [`crate::arch`]).
-    pub fn new(file: &'a GgufFile, tables: &'static [NameTable], device: B::Device) -> Self {
+/// The weights of a GGUF file.
+pub type GgufWeights<'a, B> = TableWeights<'a, B, GgufFile>;
+
+impl<'a, B: InferenceBackend, S: TensorStore + ?Sized> TableWeights<'a, B, S> {
+    /// A source over `store` using `tables` (see [`crate::arch`]).
+    pub fn new(store: &'a S, tables: &'static [NameTable], device: B::Device) -> Self {
         Self {
-            file,
+            store,
             tables,
             device,
         }
     }
 
-    fn info(&self, path: &str, suffix: &str) -> Result<&'a TensorInfo, ModelError> {
+    fn get(&self, path: &str, suffix: &str) -> Result<(String, StoredTensor), ModelError> {
         let base = map_name(self.tables, path).ok_or_else(|| ModelError::Weight {
             path: path.to_string(),
-            reason: "no GGUF name for this module path in the architecture's table".into(),
+            reason: "no tensor name for this module path in the architecture's table".into(),
         })?;
         let name = format!("{base}.{suffix}");
-        self.file.tensor(&name).ok_or_else(|| ModelError::Weight {
+        let t = self.store.stored(&name).ok_or_else(|| ModelError::Weight {
             path: path.to_string(),
-            reason: format!("tensor {name:?} is missing from the GGUF file"),
-        })
-    }
-
-    fn f32_values(&self, path: &str, info: &TensorInfo) -> Result<Vec<f32>, ModelError> {
-        self.file.dequantize(info).map_err(|e| ModelError::Weight {
-            path: path.to_string(),
-            reason: e.to_string(),
-        })
+            reason: format!("tensor {name:?} is missing"),
+        })?;
+        Ok((name, t))
     }
 }
 
-fn check_dims(path: &str, info: &TensorInfo, want: &[u64]) -> Result<(), ModelError> {
-    if info.dims != want {
+fn check_dims(path: &str, name: &str, t: &StoredTensor, want: &[u64]) -> Result<(), ModelError> {
+    if t.dims != want {
         return Err(ModelError::Weight {
             path: path.to_string(),
             reason: format!(
-                "tensor {:?} has GGUF dims {:?}, the config implies {:?}",
-                info.name, info.dims, want
+                "tensor {name:?} has GGUF dims {:?}, the config implies {want:?}",
+                t.dims
             ),
         });
     }
     Ok(())
 }
 
-impl<B: InferenceBackend> WeightSource<B> for GgufWeights<'_, B> {
+fn f32_values(path: &str, t: &StoredTensor) -> Result<Vec<f32>, ModelError> {
+    let n = t.dims.iter().product::<u64>() as usize;
+    cinder_gguf::dequant::dequantize(t.ty, &t.data, n).map_err(|e| ModelError::Weight {
+        path: path.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+impl<B: InferenceBackend, S: TensorStore + ?Sized> WeightSource<B> for TableWeights<'_, B, S> {
     fn has(&self, path: &str) -> bool {
         map_name(self.tables, path)
-            .is_some_and(|base| self.file.tensor(&format!("{base}.weight")).is_some())
+            .is_some_and(|base| self.store.stored(&format!("{base}.weight")).is_some())
     }
 
     fn linear(
@@ -71,20 +110,20 @@ impl<B: InferenceBackend> WeightSource<B> for GgufWeights<'_, B> {
         in_features: usize,
         bias: bool,
     ) -> Result<QLinear<B>, ModelError> {
-        let w = self.info(path, "weight")?;
+        let (name, w) = self.get(path, "weight")?;
         // GGUF dims are innermost first: [in, out].
-        check_dims(path, w, &[in_features as u64, out_features as u64])?;
+        check_dims(path, &name, &w, &[in_features as u64, out_features as u64])?;
         let b = if bias {
-            let bi = self.info(path, "bias")?;
-            check_dims(path, bi, &[out_features as u64])?;
-            Some(self.f32_values(path, bi)?)
+            let (bname, bi) = self.get(path, "bias")?;
+            check_dims(path, &bname, &bi, &[out_features as u64])?;
+            Some(f32_values(path, &bi)?)
         } else {
             None
         };
         Ok(QLinear::from_ggml(
             path,
-            w.ggml_type,
-            self.file.tensor_shared(w),
+            w.ty,
+            w.data,
             out_features,
             in_features,
             b,
@@ -93,9 +132,9 @@ impl<B: InferenceBackend> WeightSource<B> for GgufWeights<'_, B> {
     }
 
     fn vector(&mut self, path: &str, len: usize) -> Result<Tensor<B, 1>, ModelError> {
-        let info = self.info(path, "weight")?;
-        check_dims(path, info, &[len as u64])?;
-        let v = self.f32_values(path, info)?;
+        let (name, t) = self.get(path, "weight")?;
+        check_dims(path, &name, &t, &[len as u64])?;
+        let v = f32_values(path, &t)?;
         Ok(Tensor::from_data(TensorData::new(v, [len]), &self.device))
     }
 

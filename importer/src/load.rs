@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use cinder_gguf::GgufFile;
 use cinder_gguf::tokenizer::GgufTokenizer;
 use cinder_models::AnyModel;
-use cinder_models::gemma3::Gemma3;
-use cinder_models::llama::Llama;
+use cinder_models::gemma3::{Gemma3, Gemma3Config};
+use cinder_models::llama::{Llama, LlamaConfig};
+use serde::{Deserialize, Serialize};
 
 use crate::arch::{self, GEMMA3_GGUF_NAMES, LLAMA_FAMILY, LLAMA_GGUF_NAMES};
 use crate::error::{ImportError, Result};
-use crate::gguf_weights::GgufWeights;
+use crate::gguf_weights::{TableWeights, TensorStore};
 
 /// What `cinder info` reports about a file.
 #[derive(Debug, Clone)]
@@ -74,6 +75,59 @@ pub struct LoadedModel<B: InferenceBackend> {
     pub info: ModelInfo,
 }
 
+/// A decoder's config, whichever architecture (what a record's `config.json` holds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "architecture", content = "config", rename_all = "lowercase")]
+pub enum ArchConfig {
+    /// Llama, SmolLM, Mistral, Qwen2
+    Llama(LlamaConfig),
+    /// Gemma 3
+    Gemma3(Gemma3Config),
+}
+
+impl ArchConfig {
+    /// The config a GGUF file's metadata describes.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
+        let arch_name = file.architecture()?;
+        if LLAMA_FAMILY.contains(&arch_name) {
+            Ok(Self::Llama(arch::llama_config(file)?))
+        } else if arch_name == "gemma3" {
+            Ok(Self::Gemma3(arch::gemma3_config(file)?))
+        } else {
+            Err(ImportError::UnsupportedArch(
+                arch_name.to_string(),
+                format!("{}, gemma3", LLAMA_FAMILY.join(", ")),
+            ))
+        }
+    }
+
+    /// Embedding rows (the vocabulary the tokenizer must fit).
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            Self::Llama(c) => c.vocab_size,
+            Self::Gemma3(c) => c.vocab_size,
+        }
+    }
+
+    /// Builds the model from GGUF-named tensors.
+    pub fn build<B: InferenceBackend, S: TensorStore + ?Sized>(
+        &self,
+        store: &S,
+        device: &B::Device,
+    ) -> Result<AnyModel<B>> {
+        Ok(match self {
+            Self::Llama(cfg) => {
+                let mut src = TableWeights::<B, S>::new(store, LLAMA_GGUF_NAMES, device.clone());
+                AnyModel::Llama(Llama::load(cfg.clone(), &mut src)?)
+            }
+            Self::Gemma3(cfg) => {
+                let mut src = TableWeights::<B, S>::new(store, GEMMA3_GGUF_NAMES, device.clone());
+                AnyModel::Gemma3(Gemma3::load(cfg.clone(), &mut src)?)
+            }
+        })
+    }
+}
+
 /// Opens `path`, validates it, builds the tokenizer and the model on `device`.
 pub fn load_gguf<B: InferenceBackend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
     let file = GgufFile::open(path)?;
@@ -83,21 +137,7 @@ pub fn load_gguf<B: InferenceBackend>(path: &Path, device: &B::Device) -> Result
     tokenizer
         .validate_against_model(rows)
         .map_err(|e| ImportError::TokenizerMismatch(e.to_string()))?;
-    let arch_name = file.architecture()?.to_string();
-    let model = if LLAMA_FAMILY.contains(&arch_name.as_str()) {
-        let cfg = arch::llama_config(&file)?;
-        let mut src = GgufWeights::<B>::new(&file, LLAMA_GGUF_NAMES, device.clone());
-        AnyModel::Llama(Llama::load(cfg, &mut src)?)
-    } else if arch_name == "gemma3" {
-        let cfg = arch::gemma3_config(&file)?;
-        let mut src = GgufWeights::<B>::new(&file, GEMMA3_GGUF_NAMES, device.clone());
-        AnyModel::Gemma3(Gemma3::load(cfg, &mut src)?)
-    } else {
-        return Err(ImportError::UnsupportedArch(
-            arch_name,
-            format!("{}, gemma3", LLAMA_FAMILY.join(", ")),
-        ));
-    };
+    let model = ArchConfig::from_gguf(&file)?.build::<B, _>(&file, device)?;
     tracing::info!(arch = %info.arch, params = info.n_params, "model loaded");
     Ok(LoadedModel {
         model,

@@ -21,6 +21,8 @@ const DEFAULT_ALIGNMENT: u64 = 32;
 enum Backing {
     Mmap(memmap2::Mmap),
     Owned(Vec<u8>),
+    /// bytes kept alive by another owner (a tensor of a Burn record mapped by `burn-store`)
+    Foreign(Box<dyn AsRef<[u8]> + Send + Sync>),
 }
 
 impl Backing {
@@ -28,6 +30,7 @@ impl Backing {
         match self {
             Backing::Mmap(m) => m,
             Backing::Owned(v) => v,
+            Backing::Foreign(o) => (**o).as_ref(),
         }
     }
 }
@@ -51,6 +54,40 @@ impl SharedBytes {
             start: 0,
             len,
         }
+    }
+
+    /// Bytes owned by something else that keeps them alive and unchanged (a memory-mapped record's
+    /// tensor): no copy is made.
+    pub fn from_owner(owner: impl AsRef<[u8]> + Send + Sync + 'static) -> Self {
+        let len = owner.as_ref().len();
+        Self {
+            backing: Arc::new(Backing::Foreign(Box::new(owner))),
+            start: 0,
+            len,
+        }
+    }
+
+    /// A read-only memory map of a whole file.
+    pub fn map_file(path: impl AsRef<Path>) -> std::io::Result<Self> {
+        let file = std::fs::File::open(path)?;
+        // SAFETY: read-only, private map; see `GgufFile::open`.
+        let map = unsafe { memmap2::Mmap::map(&file) }?;
+        let len = map.len();
+        Ok(Self {
+            backing: Arc::new(Backing::Mmap(map)),
+            start: 0,
+            len,
+        })
+    }
+
+    /// Bytes `start..start + len` of this handle, sharing the backing; `None` when out of range.
+    pub fn slice(&self, start: usize, len: usize) -> Option<Self> {
+        let end = start.checked_add(len)?;
+        (end <= self.len).then(|| Self {
+            backing: Arc::clone(&self.backing),
+            start: self.start + start,
+            len,
+        })
     }
 }
 

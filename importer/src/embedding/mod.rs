@@ -38,6 +38,23 @@ fn read_text(path: &Path) -> Result<String> {
     })
 }
 
+/// Refuses pickle-based checkpoints (`.bin`, `.pt`, `.pth`, `.ckpt`, `.pkl`): loading one can run
+/// arbitrary code.
+pub(crate) fn refuse_pickle(path: &Path) -> Result<()> {
+    let e = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    if PICKLE_EXTENSIONS.contains(&e.as_str()) {
+        return Err(file_err(
+            path,
+            "pickle checkpoints can execute arbitrary code when loaded and are refused; convert \
+             the model to SafeTensors (e.g. `save_pretrained(..., safe_serialization=True)`)",
+        ));
+    }
+    Ok(())
+}
+
 /// The weights file an embedding model path designates: `(weights, directory)`.
 fn locate(path: &Path) -> Result<(PathBuf, PathBuf)> {
     let ext = |p: &Path| {
@@ -75,14 +92,8 @@ fn locate(path: &Path) -> Result<(PathBuf, PathBuf)> {
     if !path.is_file() {
         return Err(file_err(path, "no such file or directory"));
     }
+    refuse_pickle(path)?;
     let e = ext(path);
-    if PICKLE_EXTENSIONS.contains(&e.as_str()) {
-        return Err(file_err(
-            path,
-            "pickle checkpoints can execute arbitrary code when loaded and are refused; convert \
-             the model to SafeTensors (e.g. `save_pretrained(..., safe_serialization=True)`)",
-        ));
-    }
     if e != "safetensors" && e != "onnx" {
         return Err(file_err(
             path,

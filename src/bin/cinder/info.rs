@@ -19,6 +19,9 @@ pub struct InfoArgs {
 /// Prints the report (reads the header and metadata only; no backend needed).
 pub fn run(a: &InfoArgs) -> Result<()> {
     let path = crate::resolve_model(&a.model)?;
+    if cinder::importer::record::is_record(&path) {
+        return record(a, &path);
+    }
     let f = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
     let info = ModelInfo::from_gguf(&path, &f);
     let sha = cinder::catalog::sha256_file(&path)?;
@@ -88,5 +91,57 @@ pub fn run(a: &InfoArgs) -> Result<()> {
         "tokenizer     {} / {tok_kind}, vocab {vocab}",
         info.tokenizer_model
     );
+    Ok(())
+}
+
+/// `cinder info RECORD_DIR`: the manifest, with every file checked against it.
+fn record(a: &InfoArgs, dir: &std::path::Path) -> Result<()> {
+    use cinder::importer::record::manifest::{Manifest, verify_file};
+    let m = Manifest::read(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let checks: Vec<(String, Option<String>)> = m
+        .files
+        .iter()
+        .map(|f| {
+            (
+                f.path.clone(),
+                verify_file(dir, f).err().map(|e| e.to_string()),
+            )
+        })
+        .collect();
+    if a.json {
+        let v = serde_json::json!({
+            "path": dir.display().to_string(),
+            "manifest": m,
+            "verified": checks.iter().all(|(_, e)| e.is_none()),
+            "errors": checks.iter().filter_map(|(_, e)| e.clone()).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+    } else {
+        println!("record        {}", dir.display());
+        println!("name          {}", m.name.as_deref().unwrap_or("-"));
+        println!("architecture  {}", m.architecture);
+        println!(
+            "imported from {} by cinder {}",
+            m.source.kind, m.cinder_version
+        );
+        for f in &m.source.files {
+            println!("  source      {}  {}", f.sha256, f.path);
+        }
+        let mut hist = std::collections::BTreeMap::new();
+        for t in &m.tensors {
+            *hist.entry(t.ty.as_str()).or_insert(0) += 1;
+        }
+        let hist: Vec<String> = hist.iter().map(|(t, n)| format!("{t}: {n}")).collect();
+        println!("tensor types  {}", hist.join(", "));
+        for (path, err) in &checks {
+            match err {
+                None => println!("  ok          {path}"),
+                Some(e) => println!("  CHANGED     {e}"),
+            }
+        }
+    }
+    if let Some((_, Some(e))) = checks.iter().find(|(_, e)| e.is_some()) {
+        anyhow::bail!("the record does not match its manifest: {e}");
+    }
     Ok(())
 }

@@ -8,6 +8,7 @@ mod embed_cmd;
 mod engine_flags;
 mod eval_quant;
 mod generate_cmd;
+mod import_cmd;
 mod index_cmd;
 mod info;
 mod perplexity;
@@ -61,6 +62,8 @@ enum Command {
     EvalQuant(eval_quant::EvalQuantArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (and gRPC).
     Serve(serve::ServeArgs),
+    /// Import a GGUF file or an HF SafeTensors checkpoint into a verified record directory.
+    Import(import_cmd::ImportArgs),
     /// Turn texts into sentence embeddings.
     Embed(embed_cmd::EmbedArgs),
     /// Create, fill and search vector indexes.
@@ -92,13 +95,13 @@ pub fn resolve_model(model: &str) -> Result<PathBuf> {
     Ok(r.path)
 }
 
-/// Resolves MODEL and loads it (GGUF) on `device`.
+/// Resolves MODEL and loads it (GGUF file, record directory or HF checkpoint) on `device`.
 pub fn load_model<B: cinder::backends::InferenceBackend>(
     model: &str,
     device: &B::Device,
 ) -> Result<cinder::importer::LoadedModel<B>> {
     let path = resolve_model(model)?;
-    cinder::importer::load_gguf::<B>(&path, device)
+    cinder::importer::load_model::<B>(&path, device)
         .with_context(|| format!("loading {}", path.display()))
 }
 
@@ -183,6 +186,7 @@ fn main() -> Result<()> {
                     },
                 )?,
                 Command::Embed(a) => backends::dispatch(kind, embed_cmd::EmbedTask(a))?,
+                Command::Import(a) => backends::dispatch(kind, import_cmd::ImportTask(a))?,
                 Command::BenchEmbed(a) => backends::dispatch(kind, bench_embed::BenchEmbedTask(a))?,
                 Command::Pull(_)
                 | Command::Info(_)

@@ -1,0 +1,421 @@
+//! Llama-family Hugging Face checkpoints (`LlamaForCausalLM`, `MistralForCausalLM`,
+//! `Qwen2ForCausalLM`): `config.json` mapped to [`LlamaConfig`], tensors renamed to GGUF names by a
+//! declarative table and put in GGUF layout, so the rest of Cinder sees what llama.cpp's converter
+//! would have written.
+//!
+//! RoPE layout: HF Llama/Mistral checkpoints rotate the two halves of each head (NeoX style), GGUF
+//! Llama rotates adjacent pairs. llama.cpp's converter permutes the rows of `q_proj`/`k_proj`
+//! (`reshape(heads, 2, hd/2, in).swapaxes(1, 2)`) and runs the model with interleaved RoPE; Cinder
+//! does the same row permutation here, so a record of an HF checkpoint and the GGUF of the same
+//! weights are laid out identically. Qwen2 keeps NeoX RoPE and is not permuted (as in llama.cpp).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use cinder_gguf::{GgmlType, SharedBytes};
+use cinder_models::llama::{LlamaConfig, RopeLayout};
+use safetensors::{Dtype, SafeTensors};
+use serde_json::Value;
+
+use crate::error::{ImportError, Result};
+use crate::gguf_weights::StoredTensor;
+
+/// HF tensor name pattern -> GGUF name pattern (`{i}` = layer index).
+const HF_LLAMA_NAMES: &[(&str, &str)] = &[
+    ("model.embed_tokens.weight", "token_embd.weight"),
+    ("model.norm.weight", "output_norm.weight"),
+    ("lm_head.weight", "output.weight"),
+    (
+        "model.layers.{i}.input_layernorm.weight",
+        "blk.{i}.attn_norm.weight",
+    ),
+    (
+        "model.layers.{i}.self_attn.q_proj.weight",
+        "blk.{i}.attn_q.weight",
+    ),
+    (
+        "model.layers.{i}.self_attn.q_proj.bias",
+        "blk.{i}.attn_q.bias",
+    ),
+    (
+        "model.layers.{i}.self_attn.k_proj.weight",
+        "blk.{i}.attn_k.weight",
+    ),
+    (
+        "model.layers.{i}.self_attn.k_proj.bias",
+        "blk.{i}.attn_k.bias",
+    ),
+    (
+        "model.layers.{i}.self_attn.v_proj.weight",
+        "blk.{i}.attn_v.weight",
+    ),
+    (
+        "model.layers.{i}.self_attn.v_proj.bias",
+        "blk.{i}.attn_v.bias",
+    ),
+    (
+        "model.layers.{i}.self_attn.o_proj.weight",
+        "blk.{i}.attn_output.weight",
+    ),
+    (
+        "model.layers.{i}.post_attention_layernorm.weight",
+        "blk.{i}.ffn_norm.weight",
+    ),
+    (
+        "model.layers.{i}.mlp.gate_proj.weight",
+        "blk.{i}.ffn_gate.weight",
+    ),
+    (
+        "model.layers.{i}.mlp.up_proj.weight",
+        "blk.{i}.ffn_up.weight",
+    ),
+    (
+        "model.layers.{i}.mlp.down_proj.weight",
+        "blk.{i}.ffn_down.weight",
+    ),
+];
+
+/// Buffers some exporters save that are not weights (recomputed from the config).
+const IGNORED_SUFFIXES: &[&str] = &["rotary_emb.inv_freq"];
+
+/// HF `architectures[0]` -> GGUF architecture name.
+const HF_ARCHITECTURES: &[(&str, &str)] = &[
+    ("LlamaForCausalLM", "llama"),
+    ("MistralForCausalLM", "mistral"),
+    ("Qwen2ForCausalLM", "qwen2"),
+];
+
+/// An HF checkpoint read into GGUF names and layout.
+#[derive(Debug)]
+pub struct HfCheckpoint {
+    /// GGUF architecture name (`llama`, `mistral`, `qwen2`)
+    pub arch: String,
+    /// the model config
+    pub config: LlamaConfig,
+    /// tensors in GGUF names and layout, in a stable order
+    pub tensors: Vec<(String, StoredTensor)>,
+    /// the files read (config, weights, index)
+    pub sources: Vec<PathBuf>,
+    /// `_name_or_path` from the config, if any
+    pub name: Option<String>,
+}
+
+fn bad(path: &Path, reason: impl Into<String>) -> ImportError {
+    ImportError::File {
+        path: path.to_path_buf(),
+        reason: reason.into(),
+    }
+}
+
+/// Whether `dir` looks like an HF checkpoint (`config.json` and SafeTensors weights).
+pub fn is_hf_checkpoint(dir: &Path) -> bool {
+    dir.join("config.json").is_file()
+        && (dir.join("model.safetensors").is_file()
+            || dir.join("model.safetensors.index.json").is_file())
+}
+
+/// Maps an HF name to its GGUF name.
+fn gguf_name(hf: &str) -> Option<String> {
+    if let Some(rest) = hf.strip_prefix("model.layers.") {
+        let (n, tail) = rest.split_once('.')?;
+        let i: usize = n.parse().ok()?;
+        let pattern = format!("model.layers.{{i}}.{tail}");
+        return HF_LLAMA_NAMES
+            .iter()
+            .find(|(h, _)| *h == pattern)
+            .map(|(_, g)| g.replace("{i}", &i.to_string()));
+    }
+    HF_LLAMA_NAMES
+        .iter()
+        .find(|(h, _)| *h == hf)
+        .map(|(_, g)| g.to_string())
+}
+
+fn usize_key(cfg: &Value, path: &Path, key: &str) -> Result<Option<usize>> {
+    match cfg.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|&n| n > 0)
+            .map(|n| Some(n as usize))
+            .ok_or_else(|| bad(path, format!("{key} is {v}, not a positive integer"))),
+    }
+}
+
+fn f64_key(cfg: &Value, path: &Path, key: &str) -> Result<Option<f64>> {
+    match cfg.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_f64()
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .map(Some)
+            .ok_or_else(|| bad(path, format!("{key} is {v}, not a positive number"))),
+    }
+}
+
+/// `config.json` -> (GGUF arch, config without the tensor-dependent fields, name).
+fn read_config(
+    dir: &Path,
+    arch_override: Option<&str>,
+) -> Result<(String, LlamaConfig, Option<String>)> {
+    let path = dir.join("config.json");
+    let text = std::fs::read_to_string(&path).map_err(|source| ImportError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let cfg: Value =
+        serde_json::from_str(&text).map_err(|e| bad(&path, format!("not JSON: {e}")))?;
+    let declared = cfg
+        .get("architectures")
+        .and_then(|a| a.get(0))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let from_config = HF_ARCHITECTURES
+        .iter()
+        .find(|(h, _)| *h == declared)
+        .map(|(_, g)| *g);
+    let arch = match (arch_override, from_config) {
+        (Some(a), Some(c)) if a != c => {
+            return Err(bad(
+                &path,
+                format!("--arch {a} but the checkpoint is {declared} ({c})"),
+            ));
+        }
+        (Some(a), _) if HF_ARCHITECTURES.iter().any(|(_, g)| *g == a) => a,
+        (Some(a), _) => {
+            return Err(ImportError::UnsupportedArch(
+                a.to_string(),
+                "llama, mistral, qwen2 (SafeTensors)".into(),
+            ));
+        }
+        (None, Some(c)) => c,
+        (None, None) => {
+            return Err(ImportError::UnsupportedArch(
+                declared.to_string(),
+                HF_ARCHITECTURES
+                    .iter()
+                    .map(|(h, _)| *h)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ));
+        }
+    };
+    let need = |key: &str| -> Result<usize> {
+        usize_key(&cfg, &path, key)?.ok_or_else(|| bad(&path, format!("{key} is missing")))
+    };
+    let d_model = need("hidden_size")?;
+    let n_heads = need("num_attention_heads")?;
+    let n_kv_heads = usize_key(&cfg, &path, "num_key_value_heads")?.unwrap_or(n_heads);
+    let head_dim = usize_key(&cfg, &path, "head_dim")?.unwrap_or(d_model / n_heads);
+    let mut rope_linear_scale = 1.0;
+    if let Some(rs) = cfg.get("rope_scaling").filter(|v| !v.is_null()) {
+        let kind = rs
+            .get("rope_type")
+            .or_else(|| rs.get("type"))
+            .and_then(Value::as_str)
+            .unwrap_or("?");
+        match kind {
+            "linear" => {
+                rope_linear_scale = f64_key(rs, &path, "factor")?
+                    .ok_or_else(|| bad(&path, "rope_scaling.factor is missing"))?;
+            }
+            "default" => {}
+            other => {
+                return Err(bad(
+                    &path,
+                    format!("rope_scaling type {other:?} is not supported (linear only)"),
+                ));
+            }
+        }
+    }
+    let config = LlamaConfig::new(
+        need("vocab_size")?,
+        d_model,
+        need("num_hidden_layers")?,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        need("intermediate_size")?,
+        head_dim,
+    )
+    .with_rms_eps(f64_key(&cfg, &path, "rms_norm_eps")?.unwrap_or(1e-5))
+    .with_rope_theta(f64_key(&cfg, &path, "rope_theta")?.unwrap_or(10000.0))
+    .with_rope_layout(if arch == "qwen2" {
+        RopeLayout::Neox
+    } else {
+        RopeLayout::Interleaved
+    })
+    .with_rope_linear_scale(rope_linear_scale)
+    .with_context_length(usize_key(&cfg, &path, "max_position_embeddings")?.unwrap_or(4096))
+    .with_sliding_window(if arch == "mistral" {
+        usize_key(&cfg, &path, "sliding_window")?
+    } else {
+        None
+    });
+    let name = cfg
+        .get("_name_or_path")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string);
+    Ok((arch.to_string(), config, name))
+}
+
+/// The weight files: `model.safetensors`, or the shards named by `model.safetensors.index.json`.
+fn weight_files(dir: &Path) -> Result<(Vec<PathBuf>, Option<PathBuf>)> {
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok((vec![single], None));
+    }
+    let index = dir.join("model.safetensors.index.json");
+    let text = std::fs::read_to_string(&index).map_err(|source| ImportError::Io {
+        path: index.clone(),
+        source,
+    })?;
+    let v: Value =
+        serde_json::from_str(&text).map_err(|e| bad(&index, format!("not JSON: {e}")))?;
+    let map = v
+        .get("weight_map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| bad(&index, "no weight_map object"))?;
+    let mut shards: Vec<String> = Vec::new();
+    for (tensor, file) in map {
+        let f = file
+            .as_str()
+            .ok_or_else(|| bad(&index, format!("weight_map[{tensor:?}] is not a file name")))?;
+        // Shards live beside the index: no paths that climb out of the directory.
+        if f.contains('/') || f.contains('\\') || f.starts_with('.') || !f.ends_with(".safetensors")
+        {
+            return Err(bad(
+                &index,
+                format!("shard name {f:?} is not a .safetensors file here"),
+            ));
+        }
+        if !shards.iter().any(|s| s == f) {
+            shards.push(f.to_string());
+        }
+    }
+    shards.sort();
+    Ok((shards.iter().map(|s| dir.join(s)).collect(), Some(index)))
+}
+
+/// Reorders the rows of an HF q/k projection (`heads × hd` rows of `row_bytes`) into GGUF's
+/// interleaved-RoPE order: row `h·hd + 2j + t` takes HF row `h·hd + t·hd/2 + j`.
+pub fn permute_rope_rows(data: &[u8], heads: usize, hd: usize, row_bytes: usize) -> Vec<u8> {
+    let mut out = vec![0u8; data.len()];
+    let half = hd / 2;
+    for h in 0..heads {
+        for j in 0..half {
+            for t in 0..2 {
+                let dst = (h * hd + 2 * j + t) * row_bytes;
+                let src = (h * hd + t * half + j) * row_bytes;
+                out[dst..dst + row_bytes].copy_from_slice(&data[src..src + row_bytes]);
+            }
+        }
+    }
+    out
+}
+
+/// Reads an HF checkpoint directory (see the module docs).
+pub fn read(dir: &Path, arch_override: Option<&str>) -> Result<HfCheckpoint> {
+    let (arch, mut config, name) = read_config(dir, arch_override)?;
+    let (files, index) = weight_files(dir)?;
+    let permute = arch != "qwen2";
+    let mut tensors: BTreeMap<String, StoredTensor> = BTreeMap::new();
+    for file in &files {
+        let bytes = SharedBytes::map_file(file).map_err(|source| ImportError::Io {
+            path: file.clone(),
+            source,
+        })?;
+        let st = SafeTensors::deserialize(&bytes)
+            .map_err(|e| bad(file, format!("not a valid SafeTensors file: {e}")))?;
+        let base = bytes.as_ptr() as usize;
+        for (hf, view) in st.tensors() {
+            if IGNORED_SUFFIXES.iter().any(|s| hf.ends_with(s)) {
+                continue;
+            }
+            let gname = gguf_name(&hf).ok_or_else(|| {
+                bad(
+                    file,
+                    format!("tensor {hf:?} has no mapping for a {arch} model"),
+                )
+            })?;
+            let ty = match view.dtype() {
+                Dtype::F32 => GgmlType::F32,
+                Dtype::F16 => GgmlType::F16,
+                Dtype::BF16 => GgmlType::BF16,
+                other => {
+                    return Err(bad(
+                        file,
+                        format!("tensor {hf:?} is {other:?}; F32, F16 and BF16 are read"),
+                    ));
+                }
+            };
+            // GGUF dims are the row-major shape reversed.
+            let dims: Vec<u64> = view.shape().iter().rev().map(|&d| d as u64).collect();
+            let raw = view.data();
+            let start = raw.as_ptr() as usize - base;
+            let mut data = bytes
+                .slice(start, raw.len())
+                .ok_or_else(|| bad(file, format!("tensor {hf:?} lies outside the file")))?;
+            let heads = if gname.contains(".attn_q.") {
+                Some(config.n_heads)
+            } else if gname.contains(".attn_k.") {
+                Some(config.n_kv_heads)
+            } else {
+                None
+            };
+            if let (true, Some(heads)) = (permute, heads) {
+                let rows = view.shape().first().copied().unwrap_or(0);
+                if rows != heads * config.head_dim || config.head_dim % 2 != 0 {
+                    return Err(bad(
+                        file,
+                        format!(
+                            "tensor {hf:?} has {rows} rows, not {heads} heads × {}",
+                            config.head_dim
+                        ),
+                    ));
+                }
+                let row_bytes = raw.len() / rows;
+                data = SharedBytes::from_vec(permute_rope_rows(
+                    raw,
+                    heads,
+                    config.head_dim,
+                    row_bytes,
+                ));
+            }
+            if tensors
+                .insert(gname.clone(), StoredTensor { ty, dims, data })
+                .is_some()
+            {
+                return Err(bad(file, format!("tensor {gname} appears twice")));
+            }
+        }
+    }
+    let embd = tensors
+        .get("token_embd.weight")
+        .ok_or_else(|| bad(dir, "model.embed_tokens.weight is missing"))?;
+    if embd.dims.len() != 2 || embd.dims[0] as usize != config.d_model {
+        return Err(bad(
+            dir,
+            format!(
+                "model.embed_tokens.weight has dims {:?}, hidden_size is {}",
+                embd.dims, config.d_model
+            ),
+        ));
+    }
+    // The embedding's rows are the vocabulary (configs sometimes round vocab_size differently).
+    config.vocab_size = embd.dims[1] as usize;
+    config.qkv_bias = tensors.contains_key("blk.0.attn_q.bias");
+    config.tie_embeddings = !tensors.contains_key("output.weight");
+    config.validate()?;
+    let mut sources = vec![dir.join("config.json")];
+    sources.extend(index);
+    sources.extend(files);
+    Ok(HfCheckpoint {
+        arch,
+        config,
+        tensors: tensors.into_iter().collect(),
+        sources,
+        name,
+    })
+}

@@ -1,0 +1,568 @@
+//! Records (`cinder import`): GGUF -> record -> load gives bit-identical logits; an HF SafeTensors
+//! checkpoint written from the SmolLM2 GGUF (dequantized, HF names, HF RoPE layout, sharded) gives
+//! the GGUF's greedy tokens directly and through a record; tampering with any output file or with
+//! the manifest is refused; pickle is refused; bad SafeTensors headers give errors, not panics.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use cinder::importer::{ImportOptions, LoadedModel, import, load_model};
+use cinder::prelude::*;
+use cinder::runtime::attention::ContiguousKvCache;
+use cinder::runtime::generate::prefill;
+use common::model_path;
+use safetensors::tensor::{Dtype, TensorView};
+use serde_json::json;
+
+fn on_cpu<T: BackendTask>(t: T) -> T::Output {
+    cinder::backends::dispatch(common::primary_backend(), t).expect("backend compiled")
+}
+
+/// First-position logits and `n` greedy tokens after `ids`.
+fn greedy<B: InferenceBackend>(m: &LoadedModel<B>, ids: &[u32], n: usize) -> (Vec<f32>, Vec<u32>) {
+    let mut cache = ContiguousKvCache::<B>::new(m.model.n_layers(), 256);
+    let mut logits = prefill(&m.model, &mut cache, ids).expect("prefill");
+    let first = logits.clone();
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let t = logits
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i as u32)
+            .expect("logits");
+        out.push(t);
+        logits = prefill(&m.model, &mut cache, &[t]).expect("decode");
+    }
+    (first, out)
+}
+
+const PROMPT: &str = "The three primary colors are";
+
+struct RoundTrip {
+    model: &'static str,
+    dir: PathBuf,
+}
+
+impl BackendTask for RoundTrip {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let src = model_path(self.model);
+        let m = import::<B>(&src, &self.dir, &ImportOptions::default(), &device).expect("import");
+        assert!(m.files.iter().any(|f| f.path == "model.bpk"));
+        assert_eq!(m.source.files.len(), 1);
+        assert_eq!(
+            m.source.files[0].sha256,
+            cinder::catalog::sha256_file(&src).expect("sha")
+        );
+        let g = cinder::importer::load_gguf::<B>(&src, &device).expect("gguf");
+        let r = load_model::<B>(&self.dir, &device).expect("record loads");
+        // The same tokenizer (rebuilt from the GGUF's own metadata).
+        let ids = g.tokenizer.encode(PROMPT, true).expect("encode");
+        assert_eq!(r.tokenizer.encode(PROMPT, true).expect("encode"), ids);
+        let (lg, tg) = greedy(&g, &ids, 8);
+        let (lr, tr) = greedy(&r, &ids, 8);
+        assert_eq!(tg, tr);
+        assert!(
+            lg.iter().zip(&lr).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "logits differ bit-wise"
+        );
+        assert_eq!(r.info.n_params, g.info.n_params);
+        assert_eq!(r.info.type_histogram, g.info.type_histogram);
+    }
+}
+
+#[test]
+fn gguf_records_give_bit_identical_logits() {
+    for model in ["smollm2-135m", "gemma3-270m"] {
+        let tmp = tempfile::tempdir().expect("tmp");
+        on_cpu(RoundTrip {
+            model,
+            dir: tmp.path().join("rec"),
+        });
+    }
+}
+
+/// Imports SmolLM2 once (shared by the tamper checks).
+struct ImportOnce(PathBuf);
+
+impl BackendTask for ImportOnce {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        import::<B>(
+            &model_path("smollm2-135m"),
+            &self.0,
+            &ImportOptions::default(),
+            &device,
+        )
+        .expect("import");
+    }
+}
+
+struct Load(PathBuf);
+
+impl BackendTask for Load {
+    type Output = Result<(), String>;
+    fn run<B: InferenceBackend>(self, device: B::Device) -> Result<(), String> {
+        load_model::<B>(&self.0, &device)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read dir") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), to.join(e.file_name())).expect("copy");
+    }
+}
+
+fn flip_byte(path: &Path, at: usize) {
+    let mut b = std::fs::read(path).expect("read");
+    let i = at.min(b.len() - 1);
+    b[i] ^= 0x01;
+    std::fs::write(path, b).expect("write");
+}
+
+#[test]
+fn tampered_records_and_unsafe_sources_are_refused() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let good = tmp.path().join("good");
+    on_cpu(ImportOnce(good.clone()));
+    on_cpu(Load(good.clone())).expect("the untouched record loads");
+
+    // One byte of each output file, and of the manifest itself.
+    for (file, at, needle) in [
+        ("model.bpk", 5_000_000, "model.bpk"),
+        ("model.bpk", 3, "model.bpk"),
+        ("config.json", 20, "config.json"),
+        ("tokenizer.gguf", 100, "tokenizer.gguf"),
+        ("tokenizer.json", 100, "tokenizer.json"),
+        ("manifest.json", 60, "manifest"),
+    ] {
+        let dir = tmp.path().join(format!("bad-{file}-{at}"));
+        copy_dir(&good, &dir);
+        flip_byte(&dir.join(file), at);
+        let err = on_cpu(Load(dir)).expect_err(&format!("a changed {file} is refused"));
+        assert!(err.contains(needle), "{file}: {err}");
+    }
+    // A file removed, and a record whose manifest claims another format version.
+    let dir = tmp.path().join("missing");
+    copy_dir(&good, &dir);
+    std::fs::remove_file(dir.join("config.json")).expect("rm");
+    let err = on_cpu(Load(dir)).expect_err("missing file");
+    assert!(err.contains("config.json"), "{err}");
+
+    // A pinned source with another hash is refused before anything is written.
+    struct Pinned(PathBuf);
+    impl BackendTask for Pinned {
+        type Output = String;
+        fn run<B: InferenceBackend>(self, device: B::Device) -> String {
+            let opts = ImportOptions {
+                expect_sha256: vec!["0".repeat(64)],
+                ..Default::default()
+            };
+            import::<B>(&model_path("smollm2-135m"), &self.0, &opts, &device)
+                .expect_err("pin mismatch")
+                .to_string()
+        }
+    }
+    let out = tmp.path().join("pinned");
+    let err = on_cpu(Pinned(out.clone()));
+    assert!(err.contains("--expect-sha256"), "{err}");
+    assert!(!out.exists(), "nothing written");
+
+    // Pickle checkpoints: refused by name, whatever their content.
+    struct Pickle(PathBuf);
+    impl BackendTask for Pickle {
+        type Output = String;
+        fn run<B: InferenceBackend>(self, device: B::Device) -> String {
+            import::<B>(
+                &self.0,
+                &self.0.with_extension("out"),
+                &ImportOptions::default(),
+                &device,
+            )
+            .expect_err("pickle")
+            .to_string()
+        }
+    }
+    for name in ["pytorch_model.bin", "model.pt", "weights.ckpt"] {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, b"\x80\x02}q\x00.").expect("write");
+        let err = on_cpu(Pickle(p));
+        assert!(
+            err.contains("pickle") && err.contains("SafeTensors"),
+            "{err}"
+        );
+    }
+}
+
+// ---- HF SafeTensors ---------------------------------------------------------------------------
+
+/// HF row order of a GGUF q/k weight: the inverse of the importer's permutation, written from the
+/// definition (HF row `h·hd + t·hd/2 + j` is GGUF row `h·hd + 2j + t`).
+fn unpermute(rows: &[f32], heads: usize, hd: usize, row_len: usize) -> Vec<f32> {
+    let mut out = vec![0.0; rows.len()];
+    for h in 0..heads {
+        for j in 0..hd / 2 {
+            for t in 0..2 {
+                let gguf = (h * hd + 2 * j + t) * row_len;
+                let hf = (h * hd + t * (hd / 2) + j) * row_len;
+                out[hf..hf + row_len].copy_from_slice(&rows[gguf..gguf + row_len]);
+            }
+        }
+    }
+    out
+}
+
+/// An HF tensor to write: name, row-major shape, little-endian F32 bytes.
+type HfTensor = (String, Vec<usize>, Vec<u8>);
+
+/// Writes an HF checkpoint (2 shards + index, F32, HF names and layout, HF config and tokenizer
+/// files) from a GGUF Llama model.
+fn write_hf_from_gguf(gguf: &Path, dir: &Path) {
+    use cinder::gguf::GgufFile;
+    use cinder::gguf::tokenizer::GgufTokenizer;
+    let f = GgufFile::open(gguf).expect("gguf");
+    let u = |k: &str| {
+        f.get(&format!("llama.{k}"))
+            .and_then(|v| v.as_u64())
+            .expect(k) as usize
+    };
+    let (d, heads, kv_heads, layers) = (
+        u("embedding_length"),
+        u("attention.head_count"),
+        u("attention.head_count_kv"),
+        u("block_count"),
+    );
+    let hd = d / heads;
+    let rename = |g: &str| -> String {
+        let table = [
+            ("token_embd.weight", "model.embed_tokens.weight"),
+            ("output_norm.weight", "model.norm.weight"),
+            ("output.weight", "lm_head.weight"),
+        ];
+        if let Some((_, h)) = table.iter().find(|(x, _)| *x == g) {
+            return h.to_string();
+        }
+        let rest = g.strip_prefix("blk.").expect("block tensor");
+        let (i, tail) = rest.split_once('.').expect("index");
+        let hf = match tail {
+            "attn_norm.weight" => "input_layernorm.weight",
+            "attn_q.weight" => "self_attn.q_proj.weight",
+            "attn_k.weight" => "self_attn.k_proj.weight",
+            "attn_v.weight" => "self_attn.v_proj.weight",
+            "attn_output.weight" => "self_attn.o_proj.weight",
+            "ffn_norm.weight" => "post_attention_layernorm.weight",
+            "ffn_gate.weight" => "mlp.gate_proj.weight",
+            "ffn_up.weight" => "mlp.up_proj.weight",
+            "ffn_down.weight" => "mlp.down_proj.weight",
+            other => panic!("unexpected tensor {other}"),
+        };
+        format!("model.layers.{i}.{hf}")
+    };
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let mut shards: [Vec<HfTensor>; 2] = [Vec::new(), Vec::new()];
+    for info in f.tensors() {
+        let mut v = f.dequantize(info).expect("dequantize");
+        let shape: Vec<usize> = info.dims.iter().rev().map(|&x| x as usize).collect();
+        let row_len = shape.last().copied().unwrap_or(1);
+        if info.name.contains(".attn_q.") {
+            v = unpermute(&v, heads, hd, row_len);
+        } else if info.name.contains(".attn_k.") {
+            v = unpermute(&v, kv_heads, hd, row_len);
+        }
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        let shard = usize::from(info.name.starts_with("blk.") && info.name.len() % 2 == 0);
+        shards[shard].push((rename(&info.name), shape, bytes));
+    }
+    let mut weight_map = serde_json::Map::new();
+    for (k, shard) in shards.iter().enumerate() {
+        let file = format!("model-0000{}-of-00002.safetensors", k + 1);
+        let views: Vec<(String, TensorView)> = shard
+            .iter()
+            .map(|(n, s, b)| {
+                weight_map.insert(n.clone(), json!(file));
+                (
+                    n.clone(),
+                    TensorView::new(Dtype::F32, s.clone(), b).expect("view"),
+                )
+            })
+            .collect();
+        safetensors::serialize_to_file(views, None, &dir.join(&file)).expect("write shard");
+    }
+    std::fs::write(
+        dir.join("model.safetensors.index.json"),
+        json!({"metadata": {}, "weight_map": weight_map}).to_string(),
+    )
+    .expect("index");
+    let fl = |k: &str| f.get(&format!("llama.{k}")).and_then(|v| v.as_f64());
+    let config = json!({
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": d,
+        "intermediate_size": u("feed_forward_length"),
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "vocab_size": f.tensor("token_embd.weight").expect("embd").dims[1],
+        "rms_norm_eps": fl("attention.layer_norm_rms_epsilon").expect("eps"),
+        "rope_theta": fl("rope.freq_base").unwrap_or(10000.0),
+        "max_position_embeddings": u("context_length"),
+        "tie_word_embeddings": f.tensor("output.weight").is_none(),
+        "torch_dtype": "float32",
+    });
+    std::fs::write(dir.join("config.json"), config.to_string()).expect("config");
+    let tok = GgufTokenizer::from_gguf(&f).expect("tokenizer");
+    std::fs::write(
+        dir.join("tokenizer.json"),
+        tok.tokenizer.to_string(false).expect("tokenizer json"),
+    )
+    .expect("tokenizer.json");
+    let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).map(str::to_string);
+    std::fs::write(
+        dir.join("tokenizer_config.json"),
+        json!({
+            "bos_token": text(tok.bos_id),
+            "eos_token": text(tok.eos_id),
+            "add_bos_token": tok.add_bos,
+            "chat_template": tok.chat_template,
+        })
+        .to_string(),
+    )
+    .expect("tokenizer_config.json");
+}
+
+/// The GGUF with every tensor dequantized to F32 (same metadata): "the GGUF" of exactly the
+/// weights the HF checkpoint holds.
+fn write_f32_gguf(src: &Path, dst: &Path) {
+    use cinder::gguf::{GgufFile, Value, writer::GgufWriter};
+    let f = GgufFile::open(src).expect("gguf");
+    let mut w = GgufWriter::new();
+    for (k, v) in f.metadata() {
+        match k.as_str() {
+            "general.alignment" => {}
+            "general.file_type" => {
+                w.add_kv(k.clone(), Value::U32(0)).expect("kv");
+            }
+            _ => {
+                w.add_kv(k.clone(), v.clone()).expect("kv");
+            }
+        }
+    }
+    for info in f.tensors() {
+        let v = f.dequantize(info).expect("dequantize");
+        w.add_f32_tensor(info.name.clone(), &info.dims, &v)
+            .expect("tensor");
+    }
+    w.write_file(dst).expect("write gguf");
+}
+
+struct HfCheck {
+    f32_gguf: PathBuf,
+    hf: PathBuf,
+    rec: PathBuf,
+}
+
+impl BackendTask for HfCheck {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let g = cinder::importer::load_gguf::<B>(&self.f32_gguf, &device).expect("gguf");
+        let ids = g.tokenizer.encode(PROMPT, true).expect("encode");
+        let (lg, want) = greedy(&g, &ids, 16);
+        let h = load_model::<B>(&self.hf, &device).expect("HF checkpoint loads directly");
+        assert_eq!(
+            h.tokenizer.encode(PROMPT, true).expect("encode"),
+            ids,
+            "tokenizer.json"
+        );
+        let (lh, th) = greedy(&h, &ids, 16);
+        assert_eq!(th, want, "HF checkpoint vs GGUF greedy tokens");
+        assert!(
+            lg.iter().zip(&lh).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "HF checkpoint and GGUF of the same weights differ"
+        );
+        // The shipped Q4_1 file agrees on the opening tokens (past them, Q4_1 kernels with 8-bit
+        // activations and f32 matmuls part at a near-tie).
+        let q4 =
+            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("gguf");
+        assert_eq!(greedy(&q4, &ids, 8).1, want[..8]);
+
+        let m = import::<B>(&self.hf, &self.rec, &ImportOptions::default(), &device)
+            .expect("import HF");
+        assert_eq!(m.source.kind, "safetensors");
+        assert_eq!(
+            m.source.files.len(),
+            6,
+            "config, index, 2 shards, 2 tokenizer files"
+        );
+        let r = load_model::<B>(&self.rec, &device).expect("record loads");
+        let (lr, tr) = greedy(&r, &ids, 16);
+        assert_eq!(tr, want);
+        assert!(
+            lh.iter().zip(&lr).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "record of the HF checkpoint differs from the checkpoint"
+        );
+        // Quantized on import: Q8_0 blocks, still the same greedy tokens on this prompt.
+        let q = self.rec.with_extension("q8");
+        let opts = ImportOptions {
+            quantize: Some(cinder::gguf::GgmlType::Q8_0),
+            ..Default::default()
+        };
+        let mq = import::<B>(&self.hf, &q, &opts, &device).expect("import q8_0");
+        assert_eq!(mq.quantized_on_import.as_deref(), Some("Q8_0"));
+        assert!(mq.tensors.iter().any(|t| t.ty == "Q8_0"));
+        let rq = load_model::<B>(&q, &device).expect("q8_0 record loads");
+        assert_eq!(greedy(&rq, &ids, 8).1, want[..8]);
+    }
+}
+
+#[test]
+fn hf_safetensors_checkpoints_match_the_gguf() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let f32_gguf = tmp.path().join("smollm2-f32.gguf");
+    write_f32_gguf(&model_path("smollm2-135m"), &f32_gguf);
+    let hf = tmp.path().join("hf");
+    write_hf_from_gguf(&f32_gguf, &hf);
+    on_cpu(HfCheck {
+        f32_gguf,
+        hf,
+        rec: tmp.path().join("rec"),
+    });
+}
+
+// ---- bad SafeTensors --------------------------------------------------------------------------
+
+/// A tiny, valid Llama checkpoint (random weights): the base of the mutation corpus.
+fn tiny_hf(dir: &Path) -> Vec<u8> {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    let (d, ffn, vocab) = (32usize, 64usize, 16usize);
+    let mut seed = 7u32;
+    let mut rand = |n: usize| -> Vec<u8> {
+        (0..n)
+            .flat_map(|_| {
+                seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                ((seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5).to_le_bytes()
+            })
+            .collect()
+    };
+    let shapes: Vec<(String, Vec<usize>)> = vec![
+        ("model.embed_tokens.weight".into(), vec![vocab, d]),
+        ("model.norm.weight".into(), vec![d]),
+        ("model.layers.0.input_layernorm.weight".into(), vec![d]),
+        (
+            "model.layers.0.post_attention_layernorm.weight".into(),
+            vec![d],
+        ),
+        ("model.layers.0.self_attn.q_proj.weight".into(), vec![d, d]),
+        ("model.layers.0.self_attn.k_proj.weight".into(), vec![d, d]),
+        ("model.layers.0.self_attn.v_proj.weight".into(), vec![d, d]),
+        ("model.layers.0.self_attn.o_proj.weight".into(), vec![d, d]),
+        ("model.layers.0.mlp.gate_proj.weight".into(), vec![ffn, d]),
+        ("model.layers.0.mlp.up_proj.weight".into(), vec![ffn, d]),
+        ("model.layers.0.mlp.down_proj.weight".into(), vec![d, ffn]),
+    ];
+    let data: HashMap<String, Vec<u8>> = shapes
+        .iter()
+        .map(|(n, s)| (n.clone(), rand(s.iter().product())))
+        .collect();
+    let views: Vec<(String, TensorView)> = shapes
+        .iter()
+        .map(|(n, s)| {
+            (
+                n.clone(),
+                TensorView::new(Dtype::F32, s.clone(), &data[n]).expect("view"),
+            )
+        })
+        .collect();
+    let bytes = safetensors::serialize(views, None).expect("serialize");
+    std::fs::write(
+        dir.join("config.json"),
+        json!({"architectures": ["LlamaForCausalLM"], "hidden_size": d, "intermediate_size": ffn,
+               "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 4,
+               "vocab_size": vocab})
+        .to_string(),
+    )
+    .expect("config");
+    bytes
+}
+
+#[test]
+fn bad_safetensors_headers_give_errors_not_panics() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("tiny");
+    let good = tiny_hf(&dir);
+    let st = dir.join("model.safetensors");
+    std::fs::write(&st, &good).expect("write");
+    let ck = cinder::importer::hf_llama::read(&dir, None).expect("the valid tiny checkpoint reads");
+    assert_eq!(ck.tensors.len(), 11);
+    assert!(ck.config.tie_embeddings);
+
+    let header_len = u64::from_le_bytes(good[..8].try_into().expect("8 bytes")) as usize;
+    let mut corpus: Vec<(String, Vec<u8>)> = Vec::new();
+    for cut in [0, 4, 8, 9, header_len / 2, header_len + 7, good.len() - 1] {
+        corpus.push((format!("truncated at {cut}"), good[..cut].to_vec()));
+    }
+    for len in [
+        0u64,
+        1,
+        u64::MAX,
+        (good.len() * 2) as u64,
+        header_len as u64 + 1,
+    ] {
+        let mut b = good.clone();
+        b[..8].copy_from_slice(&len.to_le_bytes());
+        corpus.push((format!("header length {len}"), b));
+    }
+    let text = String::from_utf8_lossy(&good[8..8 + header_len]).to_string();
+    for (from, to) in [
+        ("\"F32\"", "\"F8_E4M3\""),
+        ("\"F32\"", "\"Q4\""),
+        ("data_offsets\":[0,", "data_offsets\":[4,"),
+        ("[16,32]", "[16,33]"),
+        ("[16,32]", "[16,99999999999]"),
+        ("{", "["),
+    ] {
+        let h = text.replacen(from, to, 1);
+        let mut b = (h.len() as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(h.as_bytes());
+        b.extend_from_slice(&good[8 + header_len..]);
+        corpus.push((format!("header {from} -> {to}"), b));
+    }
+    for i in (8..8 + header_len).step_by(7) {
+        let mut b = good.clone();
+        b[i] = b[i].wrapping_add(0x35);
+        corpus.push((format!("header byte {i}"), b));
+    }
+    let mut failures = 0;
+    for (what, bytes) in &corpus {
+        std::fs::write(&st, bytes).expect("write");
+        let r = std::panic::catch_unwind(|| cinder::importer::hf_llama::read(&dir, None));
+        match r {
+            Err(_) => panic!("{what}: panicked"),
+            Ok(Err(e)) => {
+                failures += 1;
+                assert!(!e.to_string().is_empty());
+            }
+            Ok(Ok(_)) => {} // a byte flip inside a name or a float can leave a valid file
+        }
+    }
+    assert!(
+        failures >= corpus.len() / 2,
+        "{failures} of {}",
+        corpus.len()
+    );
+}
+
+#[test]
+fn rope_permutation_matches_llama_cpp() {
+    // 1 head of hd = 4, rows of 1 byte: HF rows [a0 a1 b0 b1] (halves) -> GGUF [a0 b0 a1 b1].
+    let hf = [10u8, 11, 20, 21];
+    assert_eq!(
+        cinder::importer::hf_llama::permute_rope_rows(&hf, 1, 4, 1),
+        vec![10, 20, 11, 21]
+    );
+}
