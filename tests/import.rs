@@ -437,7 +437,7 @@ fn hf_safetensors_checkpoints_match_the_gguf() {
 // ---- bad SafeTensors --------------------------------------------------------------------------
 
 /// A tiny, valid Llama checkpoint (random weights): the base of the mutation corpus.
-fn tiny_hf(dir: &Path) -> Vec<u8> {
+fn tiny_hf(dir: &Path, dtype: Dtype) -> Vec<u8> {
     std::fs::create_dir_all(dir).expect("mkdir");
     let (d, ffn, vocab) = (32usize, 64usize, 16usize);
     let mut seed = 7u32;
@@ -445,7 +445,12 @@ fn tiny_hf(dir: &Path) -> Vec<u8> {
         (0..n)
             .flat_map(|_| {
                 seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                ((seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5).to_le_bytes()
+                let x = (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5;
+                match dtype {
+                    Dtype::F16 => half::f16::from_f32(x).to_le_bytes().to_vec(),
+                    Dtype::BF16 => half::bf16::from_f32(x).to_le_bytes().to_vec(),
+                    _ => x.to_le_bytes().to_vec(),
+                }
             })
             .collect()
     };
@@ -474,7 +479,7 @@ fn tiny_hf(dir: &Path) -> Vec<u8> {
         .map(|(n, s)| {
             (
                 n.clone(),
-                TensorView::new(Dtype::F32, s.clone(), &data[n]).expect("view"),
+                TensorView::new(dtype, s.clone(), &data[n]).expect("view"),
             )
         })
         .collect();
@@ -494,7 +499,7 @@ fn tiny_hf(dir: &Path) -> Vec<u8> {
 fn bad_safetensors_headers_give_errors_not_panics() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("tiny");
-    let good = tiny_hf(&dir);
+    let good = tiny_hf(&dir, Dtype::F32);
     let st = dir.join("model.safetensors");
     std::fs::write(&st, &good).expect("write");
     let ck = cinder::importer::hf_llama::read(&dir, None).expect("the valid tiny checkpoint reads");
@@ -555,6 +560,53 @@ fn bad_safetensors_headers_give_errors_not_panics() {
         "{failures} of {}",
         corpus.len()
     );
+}
+
+/// The tiny checkpoint in F32, F16 and BF16: each dtype is kept as stored and the model runs.
+struct Dtypes(PathBuf);
+
+impl BackendTask for Dtypes {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let mut logits = Vec::new();
+        for (dtype, ty) in [
+            (Dtype::F32, "F32"),
+            (Dtype::F16, "F16"),
+            (Dtype::BF16, "BF16"),
+        ] {
+            let bytes = tiny_hf(&self.0, dtype);
+            std::fs::write(self.0.join("model.safetensors"), bytes).expect("write");
+            let ck = cinder::importer::hf_llama::read(&self.0, None).expect("reads");
+            let (_, q) = ck
+                .tensors
+                .iter()
+                .find(|(n, _)| n == "blk.0.attn_q.weight")
+                .expect("q");
+            assert_eq!(q.ty.name(), ty);
+            let store: HashMap<_, _> = ck.tensors.into_iter().collect();
+            let model = cinder::importer::ArchConfig::Llama(ck.config)
+                .build::<B, _>(&store, &device)
+                .expect("builds");
+            let mut cache = ContiguousKvCache::<B>::new(1, 16);
+            logits.push(prefill(&model, &mut cache, &[1, 2, 3, 4]).expect("runs"));
+        }
+        let scale = logits[0].iter().fold(0f32, |m, x| m.max(x.abs()));
+        assert!(scale.is_finite() && scale > 0.01, "F32 logits {scale}");
+        for (name, tol) in [("F16", 0.01), ("BF16", 0.05)] {
+            let l = &logits[if name == "F16" { 1 } else { 2 }];
+            let diff = logits[0]
+                .iter()
+                .zip(l)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            assert!(diff <= tol * scale, "{name}: {diff} vs scale {scale}");
+        }
+    }
+}
+
+#[test]
+fn f16_and_bf16_checkpoints_are_kept_and_run() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    on_cpu(Dtypes(tmp.path().join("tiny")));
 }
 
 #[test]
