@@ -71,6 +71,41 @@ struct Parts {
     weight_sources: Vec<PathBuf>,
     /// files to write beside the weights: name -> bytes
     extra: Vec<(String, Vec<u8>)>,
+    /// the tokenizer, built from the files that will be written (so a record rebuilds it exactly)
+    tokenizer: GgufTokenizer,
+}
+
+impl Parts {
+    /// Checks the tokenizer against the model and builds the model on `device`.
+    fn build<B: InferenceBackend>(&self, device: &B::Device) -> Result<cinder_models::AnyModel<B>> {
+        self.tokenizer
+            .validate_against_model(self.config.vocab_size())
+            .map_err(|e| ImportError::TokenizerMismatch(e.to_string()))?;
+        let store: HashMap<String, StoredTensor> = self.tensors.iter().cloned().collect();
+        self.config.build::<B, _>(&store, device)
+    }
+
+    /// Parameter count and tensors per storage type.
+    fn summary(&self) -> (u64, BTreeMap<String, usize>) {
+        summarize(
+            self.tensors
+                .iter()
+                .map(|(_, t)| (t.ty.name(), t.dims.as_slice())),
+        )
+    }
+}
+
+/// Parameter count and tensor count per type name of `(type, dims)` pairs.
+fn summarize<'a>(
+    tensors: impl Iterator<Item = (&'a str, &'a [u64])>,
+) -> (u64, BTreeMap<String, usize>) {
+    let mut hist = BTreeMap::new();
+    let mut params = 0u64;
+    for (ty, dims) in tensors {
+        *hist.entry(ty.to_string()).or_insert(0) += 1;
+        params += dims.iter().product::<u64>();
+    }
+    (params, hist)
 }
 
 fn gguf_parts(path: &Path, arch: Option<&str>) -> Result<Parts> {
@@ -85,8 +120,8 @@ fn gguf_parts(path: &Path, arch: Option<&str>) -> Result<Parts> {
         ));
     }
     let config = ArchConfig::from_gguf(&file)?;
-    let tok = GgufTokenizer::from_gguf(&file)?;
-    // The tokenizer's metadata, without tensors: rebuilt exactly as from the GGUF on load.
+    // The tokenizer's metadata, without tensors: rebuilt exactly as from the GGUF on load. Built
+    // here from those very bytes, which proves they suffice.
     let mut w = GgufWriter::new();
     for (k, v) in file.metadata() {
         if (k.starts_with("tokenizer.") || k.starts_with("general.")) && k != "general.alignment" {
@@ -94,6 +129,7 @@ fn gguf_parts(path: &Path, arch: Option<&str>) -> Result<Parts> {
         }
     }
     let tok_gguf = w.to_bytes()?;
+    let tok = GgufTokenizer::from_gguf(&GgufFile::from_bytes(tok_gguf.clone())?)?;
     let tok_json = tok
         .tokenizer
         .to_string(false)
@@ -127,6 +163,7 @@ fn gguf_parts(path: &Path, arch: Option<&str>) -> Result<Parts> {
             ("tokenizer.gguf".into(), tok_gguf),
             ("tokenizer.json".into(), tok_json.into_bytes()),
         ],
+        tokenizer: tok,
     })
 }
 
@@ -161,6 +198,7 @@ fn hf_parts(dir: &Path, arch: Option<&str>) -> Result<Parts> {
         sources,
         weight_sources,
         extra,
+        tokenizer: GgufTokenizer::from_tokenizer_json(dir.join("tokenizer.json"))?,
     })
 }
 
@@ -266,15 +304,7 @@ pub fn import<B: InferenceBackend>(
         quantize_tensors(&mut parts.tensors, ty)?;
     }
     // Validate before writing: the model must build from these tensors, and the tokenizer fit it.
-    let store: HashMap<String, StoredTensor> = parts.tensors.iter().cloned().collect();
-    let tok = match parts.extra.iter().find(|(n, _)| n == "tokenizer.gguf") {
-        Some((_, bytes)) => GgufTokenizer::from_gguf(&GgufFile::from_bytes(bytes.clone())?)?,
-        None => GgufTokenizer::from_tokenizer_json(src_dir(src).join("tokenizer.json"))?,
-    };
-    tok.validate_against_model(parts.config.vocab_size())
-        .map_err(|e| ImportError::TokenizerMismatch(e.to_string()))?;
-    drop(parts.config.build::<B, _>(&store, device)?);
-    drop(store);
+    drop(parts.build::<B>(device)?);
 
     let tmp = out.with_extension(format!("partial-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
@@ -385,21 +415,15 @@ pub fn load_record<B: InferenceBackend>(dir: &Path, device: &B::Device) -> Resul
             "the record could not be parsed (panic while reading it)",
         )
     })??;
-    let mut type_histogram = BTreeMap::new();
-    for t in &m.tensors {
-        *type_histogram.entry(t.ty.clone()).or_insert(0) += 1;
-    }
+    let (n_params, type_histogram) =
+        summarize(m.tensors.iter().map(|t| (t.ty.as_str(), t.dims.as_slice())));
     let info = ModelInfo {
         path: dir.to_path_buf(),
         arch: m.architecture.clone(),
         name: m.name.clone(),
         gguf_version: 0,
         file_bytes: pack_entry.size,
-        n_params: m
-            .tensors
-            .iter()
-            .map(|t| t.dims.iter().product::<u64>())
-            .sum(),
+        n_params,
         type_histogram,
         tokenizer_model: format!("{:?}", tokenizer.kind).to_lowercase(),
     };
@@ -438,22 +462,8 @@ fn build_from_record<B: InferenceBackend>(
 /// Loads an HF SafeTensors checkpoint directory directly (converted in memory as `import` would).
 pub fn load_hf<B: InferenceBackend>(dir: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
     let parts = hf_parts(dir, None)?;
-    let tokenizer = GgufTokenizer::from_tokenizer_json(dir.join("tokenizer.json"))?;
-    tokenizer
-        .validate_against_model(parts.config.vocab_size())
-        .map_err(|e| ImportError::TokenizerMismatch(e.to_string()))?;
-    let mut type_histogram = BTreeMap::new();
-    for (_, t) in &parts.tensors {
-        *type_histogram.entry(t.ty.name().to_string()).or_insert(0) += 1;
-    }
-    let n_params = parts
-        .tensors
-        .iter()
-        .map(|(_, t)| t.dims.iter().product::<u64>())
-        .sum();
-    let file_bytes = parts.tensors.iter().map(|(_, t)| t.data.len() as u64).sum();
-    let store: HashMap<String, StoredTensor> = parts.tensors.into_iter().collect();
-    let model = parts.config.build::<B, _>(&store, device)?;
+    let model = parts.build::<B>(device)?;
+    let (n_params, type_histogram) = parts.summary();
     Ok(LoadedModel {
         model,
         info: ModelInfo {
@@ -461,12 +471,12 @@ pub fn load_hf<B: InferenceBackend>(dir: &Path, device: &B::Device) -> Result<Lo
             arch: parts.arch,
             name: parts.name,
             gguf_version: 0,
-            file_bytes,
+            file_bytes: parts.tensors.iter().map(|(_, t)| t.data.len() as u64).sum(),
             n_params,
             type_histogram,
-            tokenizer_model: format!("{:?}", tokenizer.kind).to_lowercase(),
+            tokenizer_model: format!("{:?}", parts.tokenizer.kind).to_lowercase(),
         },
-        tokenizer: std::sync::Arc::new(tokenizer),
+        tokenizer: std::sync::Arc::new(parts.tokenizer),
     })
 }
 
