@@ -398,25 +398,8 @@ fn sigterm_drains_streams_then_exits() {
 /// usage, completions, models, error classes), installed by [`common::openai_python_site`].
 #[test]
 fn the_official_openai_python_client_works_unchanged() {
-    let site = common::openai_python_site();
     let s = Server::start(&["--no-grpc"]);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/openai_python.py"
-    );
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(&s.http)
-        .arg("smollm2-135m")
-        .env("PYTHONPATH", &site)
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("script prints JSON");
+    let v = s.python_client("openai_python.py", &["smollm2-135m"]);
     let want = cli(&[
         "run",
         "smollm2-135m",

@@ -231,26 +231,10 @@ fn a_full_embedding_queue_answers_429_and_the_server_recovers() {
 /// decodes it) gets the CLI's vectors.
 #[test]
 fn the_official_openai_python_client_embeds() {
-    let site = common::openai_python_site();
     let s = Server::start(&["--embedding-model", MODEL, "--no-grpc"]);
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/clients/openai_embeddings.py"
-    );
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(&s.http)
-        .arg(MODEL)
-        .args(TEXTS)
-        .env("PYTHONPATH", &site)
-        .output()
-        .expect("python3 runs");
-    assert!(
-        out.status.success(),
-        "client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).expect("script prints JSON");
+    let mut args = vec![MODEL];
+    args.extend(TEXTS);
+    let v = s.python_client("openai_embeddings.py", &args);
     let want = cli_vectors(&TEXTS);
     for key in ["default", "float"] {
         let got: Vec<Vec<f32>> = serde_json::from_value(v[key].clone()).expect("vectors");

@@ -83,6 +83,26 @@ impl Server {
             .collect()
     }
 
+    /// Runs `tests/clients/SCRIPT BASE_URL ARGS...` with the official OpenAI Python client on its
+    /// path ([`crate::common::openai_python_site`]) and returns the one JSON line it prints.
+    pub fn python_client(&self, script: &str, args: &[&str]) -> Value {
+        let site = super::openai_python_site();
+        let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
+        let out = Command::new("python3")
+            .arg(path)
+            .arg(&self.http)
+            .args(args)
+            .env("PYTHONPATH", &site)
+            .output()
+            .expect("python3 runs");
+        assert!(
+            out.status.success(),
+            "client failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("script prints JSON")
+    }
+
     pub fn metric(&self, name: &str) -> f64 {
         let text = client()
             .get(self.url("/metrics"))
