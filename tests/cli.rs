@@ -253,9 +253,9 @@ fn quantize_writes_a_loadable_file_and_refuses_what_it_cannot_do() {
         .expect("spawn");
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--allow-requantize"));
-    // K-quants are not produced yet: a clear refusal, not a stub.
+    // Q2_K/Q3_K are not produced: a clear refusal, not a stub.
     let o = cinder()
-        .args(["quantize", "smollm2-135m", out_s, "--type", "q4_k"])
+        .args(["quantize", "smollm2-135m", out_s, "--type", "q3_k"])
         .output()
         .expect("spawn");
     assert!(!o.status.success());
@@ -274,6 +274,39 @@ fn quantize_writes_a_loadable_file_and_refuses_what_it_cannot_do() {
     let (text, _) = run_ok(&[
         "run",
         out_s,
+        "--prompt",
+        "The capital of France is",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "4",
+    ]);
+    assert!(text.contains("Paris"), "{text}");
+
+    // Q4_K: 576-wide rows are not whole 256-value super-blocks, so those matrices take
+    // llama-quantize's fallback (Q5_0); the 1536-wide ffn_down rows are Q4_K. Still coherent.
+    let k_out = dir.path().join("smol-q4_k.gguf");
+    let k_s = k_out.to_str().expect("utf-8 path");
+    let (stdout, _) = run_ok(&[
+        "quantize",
+        "smollm2-135m",
+        k_s,
+        "--type",
+        "q4_k",
+        "--allow-requantize",
+    ]);
+    assert!(
+        stdout.contains("to Q4_K") && stdout.contains("fallback"),
+        "{stdout}"
+    );
+    let (info, _) = run_ok(&["info", k_s]);
+    assert!(
+        info.contains("Q4_K: 30") && info.contains("Q5_0: 181"),
+        "{info}"
+    );
+    let (text, _) = run_ok(&[
+        "run",
+        k_s,
         "--prompt",
         "The capital of France is",
         "--temperature",

@@ -11,6 +11,7 @@
 
 pub mod dequant;
 mod error;
+mod kquant;
 pub mod quantize;
 mod reader;
 pub mod tokenizer;

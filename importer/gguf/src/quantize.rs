@@ -1,12 +1,13 @@
 //! Reference quantizers: f32 rows into GGUF block formats, producing the same blocks as ggml's
 //! `quantize_row_*_ref` (what `llama-quantize` writes for these types without an importance matrix).
 //!
-//! Covered: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1. The K-quants' reference quantizers search
-//! scales iteratively (`make_qkx2_quants`) and are not implemented yet: asking for one is an error.
+//! Covered: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, and the K-quants Q4_K, Q5_K, Q6_K (in
+//! [`crate::kquant`]). Q2_K/Q3_K and the i-quants are not implemented: asking for one is an error.
 
 use half::{bf16, f16};
 
 use crate::error::{GgufError, Result};
+use crate::kquant;
 use crate::types::GgmlType;
 
 /// Values per 32-wide block.
@@ -15,7 +16,10 @@ const QK: usize = 32;
 /// Whether [`quantize`] produces `ty`.
 pub fn supports(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1)
+    matches!(
+        ty,
+        F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K
+    )
 }
 
 fn err(ty: GgmlType, reason: impl Into<String>) -> GgufError {
@@ -119,7 +123,7 @@ pub fn quantize(ty: GgmlType, x: &[f32], row_len: usize) -> Result<Vec<u8>> {
     if !supports(ty) {
         return Err(err(
             ty,
-            "not implemented (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)",
+            "not implemented (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
         ));
     }
     let bs = ty.block_size() as usize;
@@ -154,9 +158,12 @@ pub fn quantize(ty: GgmlType, x: &[f32], row_len: usize) -> Result<Vec<u8>> {
                 GgmlType::Q4_0 => q4_0,
                 GgmlType::Q4_1 => q4_1,
                 GgmlType::Q5_0 => q5_0,
+                GgmlType::Q4_K => kquant::q4_k,
+                GgmlType::Q5_K => kquant::q5_k,
+                GgmlType::Q6_K => kquant::q6_k,
                 _ => q5_1,
             };
-            x.chunks_exact(QK).for_each(|b| f(b, &mut out));
+            x.chunks_exact(bs).for_each(|b| f(b, &mut out));
         }
     }
     Ok(out)
@@ -209,12 +216,40 @@ mod tests {
     }
 
     #[test]
+    fn k_quants_round_trip_within_their_grid() {
+        let x = sample(256 * 6);
+        for (ty, levels) in [
+            (GgmlType::Q4_K, 15.0f32),
+            (GgmlType::Q5_K, 31.0),
+            (GgmlType::Q6_K, 63.0),
+        ] {
+            let q = quantize(ty, &x, 512).unwrap();
+            assert_eq!(q.len() as u64, ty.bytes_for(x.len() as u64).unwrap());
+            let y = dequantize(ty, &q, x.len()).unwrap();
+            // Sub-block scales are 6- or 8-bit multiples of a super-block scale, so bound the
+            // error by a step of the super-block's range with room for that rounding.
+            for (xb, yb) in x.chunks(256).zip(y.chunks(256)) {
+                let (lo, hi) = xb
+                    .iter()
+                    .fold((0.0f32, 0.0f32), |(l, h), &v| (l.min(v), h.max(v)));
+                let step = (hi - lo) / levels;
+                let worst = xb
+                    .iter()
+                    .zip(yb)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                assert!(worst <= step, "{}: error {worst} > step {step}", ty.name());
+            }
+        }
+    }
+
+    #[test]
     fn bad_requests_are_errors() {
         assert!(
-            quantize(GgmlType::Q4_K, &[0.0; 256], 256)
+            quantize(GgmlType::Q3_K, &[0.0; 256], 256)
                 .unwrap_err()
                 .to_string()
-                .contains("Q4_K")
+                .contains("Q3_K")
         );
         assert!(quantize(GgmlType::Q8_0, &[0.0; 48], 48).is_err());
         assert!(

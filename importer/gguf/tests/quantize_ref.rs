@@ -45,3 +45,40 @@ fn blocks_equal_gguf_py() {
         );
     }
 }
+
+/// Q4_K, Q5_K and Q6_K blocks equal ggml's `quantize_row_q{4,5,6}_K_ref` (C, no FMA contraction) on
+/// rows with outliers, all-positive and all-negative rows, an all-zero and a constant super-block,
+/// and tiny magnitudes: see tests/data/make_kquant_vectors.c.
+#[test]
+fn k_quant_blocks_equal_ggml() {
+    let v: serde_json::Value =
+        serde_json::from_str(include_str!("data/kquant_ref.json")).expect("json");
+    let raw = hex(v["input_f32_hex"].as_str().expect("input"));
+    let x: Vec<f32> = raw
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let row_len = v["row_len"].as_u64().expect("row_len") as usize;
+    let blocks = v["blocks"].as_object().expect("blocks");
+    assert_eq!(blocks.len(), 3);
+    for (name, want) in blocks {
+        let ty = match name.as_str() {
+            "Q4_K" => GgmlType::Q4_K,
+            "Q5_K" => GgmlType::Q5_K,
+            "Q6_K" => GgmlType::Q6_K,
+            other => panic!("unexpected type {other}"),
+        };
+        let want = hex(want.as_str().expect("hex string"));
+        let got = quantize(ty, &x, row_len).expect("quantize");
+        assert_eq!(got.len(), want.len(), "{name} length");
+        let block = ty.bytes_for(256).expect("block bytes") as usize;
+        let bad: Vec<usize> = (0..got.len()).filter(|&i| got[i] != want[i]).collect();
+        assert!(
+            bad.is_empty(),
+            "{name}: {} bytes differ, first at byte {:?} (super-block {:?})",
+            bad.len(),
+            bad.first(),
+            bad.first().map(|b| b / block)
+        );
+    }
+}

@@ -22,7 +22,7 @@ pub struct EvalQuantArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "q8_0,q5_1,q5_0,q4_1,q4_0"
+        default_value = "q8_0,q6_k,q5_k,q5_1,q5_0,q4_k,q4_1,q4_0"
     )]
     pub types: Vec<String>,
     /// Text to score (a file, or a catalog data name such as `lee-corpus`).
@@ -188,13 +188,21 @@ fn run_all<B: InferenceBackend>(
     }];
     for ty in &a.types {
         let path = dir.join(format!("{stem}.{ty}.gguf"));
-        crate::quantize::convert(&base_path, &path, ty, false)
+        let c = crate::quantize::convert(&base_path, &path, ty, false)
             .with_context(|| format!("quantizing to {ty}"))?;
         let ev = score(&path, false, Some(&base))?;
         let (bytes, bpw) = size_of(&path)?;
         let _ = std::fs::remove_file(&path);
+        // Say when llama-quantize's fallback replaced a K-quant for some matrices: the row is a mix.
+        let label = match c.fell_back {
+            0 => ty.clone(),
+            n => format!(
+                "{ty} ({n} of {} matrices at the fallback type)",
+                c.converted
+            ),
+        };
         rows.push(Row {
-            ty: ty.clone(),
+            ty: label,
             bytes,
             bpw,
             ev,

@@ -2,6 +2,8 @@
 //! format, with ggml's reference quantizers (`cinder_gguf::quantize`).
 //!
 //! Quantized: 2-D (and larger) tensors named `*.weight` whose rows are whole blocks of the target type.
+//! A K-quant target whose 256-value super-blocks do not divide a tensor's rows falls back per tensor
+//! as `llama-quantize` does (Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0); SmolLM2's 576-wide rows are such.
 //! Kept as they are: norms, biases and other 1-D tensors, and tensors already of the target type.
 //! An already-quantized source tensor is requantized (through f32) only with `--allow-requantize`.
 
@@ -20,7 +22,7 @@ pub struct QuantizeArgs {
     pub input: String,
     /// Output GGUF path (written to a temporary file, then renamed).
     pub output: PathBuf,
-    /// Target type: f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1.
+    /// Target type: f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k.
     #[arg(long = "type")]
     pub ty: String,
     /// Allow quantizing tensors that are already quantized (through f32; quality compounds).
@@ -39,12 +41,29 @@ pub fn target(name: &str) -> Result<(GgmlType, u32)> {
         "q4_1" => (GgmlType::Q4_1, 3),
         "q5_0" => (GgmlType::Q5_0, 8),
         "q5_1" => (GgmlType::Q5_1, 9),
-        "q4_k" | "q5_k" | "q6_k" => bail!(
-            "--type {name}: the K-quant reference quantizers are not implemented yet \
-             (available: f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1)"
+        // llama.cpp's "mostly Q4_K/Q5_K (S)" and "mostly Q6_K": the S mixes are the uniform ones.
+        "q4_k" => (GgmlType::Q4_K, 14),
+        "q5_k" => (GgmlType::Q5_K, 16),
+        "q6_k" => (GgmlType::Q6_K, 18),
+        "q2_k" | "q3_k" => bail!(
+            "--type {name}: the Q2_K/Q3_K quantizers are not implemented (available: {AVAILABLE})"
         ),
-        _ => bail!("unknown --type {name:?} (available: f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1)"),
+        _ => bail!("unknown --type {name:?} (available: {AVAILABLE})"),
     })
+}
+
+const AVAILABLE: &str = "f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k";
+
+/// The type a tensor with rows of `row` values gets when `ty`'s blocks do not divide them:
+/// llama-quantize's per-tensor fallback for K-quants, `None` when there is none (kept as is).
+fn fallback(ty: GgmlType, row: u64) -> Option<GgmlType> {
+    let alt = match ty {
+        GgmlType::Q4_K => GgmlType::Q5_0,
+        GgmlType::Q5_K => GgmlType::Q5_1,
+        GgmlType::Q6_K => GgmlType::Q8_0,
+        _ => return None,
+    };
+    row.is_multiple_of(alt.block_size()).then_some(alt)
 }
 
 fn is_float(ty: GgmlType) -> bool {
@@ -55,8 +74,12 @@ fn is_float(ty: GgmlType) -> bool {
 pub fn run(a: &QuantizeArgs) -> Result<()> {
     let path = crate::resolve_model(&a.input)?;
     let c = convert(&path, &a.output, &a.ty, a.allow_requantize)?;
+    let fell_back = match c.fell_back {
+        0 => String::new(),
+        n => format!(" ({n} of them to the fallback type: rows not whole super-blocks)"),
+    };
     println!(
-        "{} -> {}: {} tensors to {}, {} kept",
+        "{} -> {}: {} tensors to {}{fell_back}, {} kept",
         path.display(),
         a.output.display(),
         c.converted,
@@ -70,8 +93,10 @@ pub fn run(a: &QuantizeArgs) -> Result<()> {
 pub struct Converted {
     /// the target type
     pub ty: GgmlType,
-    /// tensors converted to it
+    /// tensors converted to it (or to its fallback)
     pub converted: usize,
+    /// of those, tensors that got the fallback type because the blocks do not divide their rows
+    pub fell_back: usize,
     /// tensors kept as they were
     pub kept: usize,
 }
@@ -98,13 +123,17 @@ pub fn convert(
     if src.get("general.file_type").is_none() {
         w.add_kv("general.file_type", Value::U32(file_type))?;
     }
-    let (mut converted, mut kept) = (0usize, 0usize);
+    let (mut converted, mut kept, mut fell_back) = (0usize, 0usize, 0usize);
     for info in src.tensors() {
         let row = info.dims.first().copied().unwrap_or(0);
-        let eligible = info.dims.len() >= 2
-            && info.name.ends_with(".weight")
-            && row.is_multiple_of(ty.block_size())
-            && info.ggml_type != ty;
+        let matrix = info.dims.len() >= 2 && info.name.ends_with(".weight") && row > 0;
+        let this_ty = if row.is_multiple_of(ty.block_size()) {
+            ty
+        } else {
+            fallback(ty, row).unwrap_or(ty)
+        };
+        let eligible =
+            matrix && row.is_multiple_of(this_ty.block_size()) && info.ggml_type != this_ty;
         if !eligible {
             w.add_tensor(
                 info.name.clone(),
@@ -120,13 +149,23 @@ pub fn convert(
                 "tensor {} is already {}: pass --allow-requantize to requantize it to {} through f32",
                 info.name,
                 info.ggml_type.name(),
-                ty.name()
+                this_ty.name()
             );
         }
+        if this_ty != ty {
+            tracing::info!(
+                tensor = %info.name,
+                row,
+                "{} blocks do not divide the rows: {} instead, as llama-quantize",
+                ty.name(),
+                this_ty.name()
+            );
+            fell_back += 1;
+        }
         let values = src.dequantize(info)?;
-        let data = quantize::quantize(ty, &values, row as usize)
+        let data = quantize::quantize(this_ty, &values, row as usize)
             .with_context(|| format!("tensor {}", info.name))?;
-        w.add_tensor(info.name.clone(), &info.dims, ty, data)?;
+        w.add_tensor(info.name.clone(), &info.dims, this_ty, data)?;
         converted += 1;
     }
     let tmp = output.with_extension("gguf.partial");
@@ -141,6 +180,7 @@ pub fn convert(
     Ok(Converted {
         ty,
         converted,
+        fell_back,
         kept,
     })
 }
