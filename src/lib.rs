@@ -37,7 +37,9 @@ pub use cinder_server as server;
 /// The names most programs need.
 pub mod prelude {
     pub use cinder_backends::{Backend, BackendKind, BackendTask, InferenceBackend, dispatch};
-    pub use cinder_runtime::generate::{FinishReason, GenerateOptions, Generation, generate};
+    pub use cinder_runtime::generate::{
+        FinishReason, GenerateOptions, Generation, generate, generate_with_draft,
+    };
     pub use cinder_runtime::model::{CausalLm, Logits};
     pub use cinder_runtime::sampler::{Sampler, SamplingParams};
 }

@@ -127,6 +127,19 @@ pub fn generate<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     opts: &GenerateOptions,
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<Generation> {
+    generate_with_draft(model, None, tok, prompt_ids, opts, on_text)
+}
+
+/// As [`generate`], with `draft` proposing the speculative tokens when `opts.speculative` is on
+/// (draft-model speculation instead of prompt lookup).
+pub fn generate_with_draft<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
+    model: &M,
+    draft: Option<&(dyn CausalLm<B> + Sync)>,
+    tok: &Tokenizer,
+    prompt_ids: &[u32],
+    opts: &GenerateOptions,
+    on_text: &mut dyn FnMut(&str) -> bool,
+) -> Result<Generation> {
     if prompt_ids.is_empty() {
         return Err(RuntimeError::EmptyPrompt);
     }
@@ -161,7 +174,10 @@ pub fn generate<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
         speculative: opts.speculative,
         ..EngineConfig::default()
     };
-    let mut core = EngineCore::<B, M>::new(model, tok, cfg)?;
+    let mut core = match draft {
+        Some(d) => EngineCore::<B, M>::with_draft(model, d, tok, cfg)?,
+        None => EngineCore::<B, M>::new(model, tok, cfg)?,
+    };
     let mut stream = core.add(Request {
         prompt: prompt_ids.to_vec(),
         max_tokens: opts.max_tokens,

@@ -26,8 +26,10 @@ use crate::sampler::{Sampler, SamplingParams};
 use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
 use crate::tokenizer::{Detokenizer, Tokenizer};
 
+mod draft;
 pub mod spec;
 mod thread;
+pub use draft::check_draft_tokenizer;
 pub use spec::SpeculativeConfig;
 pub use thread::{Engine, EngineHandle};
 
@@ -249,12 +251,26 @@ pub struct EngineCore<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> {
     counters: Arc<Counters>,
     stats: EngineStats,
     next_id: SeqId,
+    /// The draft model when speculation drafts with one (else prompt lookup, if speculating).
+    draft: Option<draft::DraftModel<'m, B>>,
 }
 
 impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
     /// Allocates the KV cache for `model` and an empty scheduler.
     pub fn new(model: &'m M, tok: &'m Tokenizer, cfg: EngineConfig) -> Result<Self> {
-        Self::with_counters(model, tok, cfg, Arc::default())
+        Self::with_counters(model, tok, cfg, Arc::default(), None)
+    }
+
+    /// As [`EngineCore::new`], with `draft` proposing the speculative tokens (draft-model
+    /// speculation; `cfg.speculative` gives their number). The caller has checked the tokenizers
+    /// ([`check_draft_tokenizer`]).
+    pub fn with_draft(
+        model: &'m M,
+        draft: &'m (dyn CausalLm<B> + Sync),
+        tok: &'m Tokenizer,
+        cfg: EngineConfig,
+    ) -> Result<Self> {
+        Self::with_counters(model, tok, cfg, Arc::default(), Some(draft))
     }
 
     fn with_counters(
@@ -262,6 +278,7 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         tok: &'m Tokenizer,
         cfg: EngineConfig,
         counters: Arc<Counters>,
+        draft_model: Option<&'m (dyn CausalLm<B> + Sync)>,
     ) -> Result<Self> {
         let blocks = kv_blocks(model, &cfg)?;
         let (kvh, hd) = model.kv_dims();
@@ -275,6 +292,21 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
             mib = cache.bytes() >> 20,
             "KV cache allocated"
         );
+        let draft = match (draft_model, cfg.speculative) {
+            (Some(d), Some(_)) => Some(draft::DraftModel::new(
+                d,
+                blocks,
+                cfg.block_size,
+                cfg.scheduler.max_batched_tokens,
+                model.vocab_size(),
+            )?),
+            (Some(_), None) => {
+                return Err(RuntimeError::InvalidRequest(
+                    "a draft model was given but speculative decoding is off".into(),
+                ));
+            }
+            (None, _) => None,
+        };
         let sched = Scheduler::new(
             cfg.scheduler,
             BlockManager::new(blocks, cfg.block_size, cfg.prefix_caching),
@@ -289,6 +321,7 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
             counters,
             stats: EngineStats::default(),
             next_id: 0,
+            draft,
         };
         core.refresh_stats();
         Ok(core)
@@ -387,6 +420,9 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         }
         let cached = self.sched.cached_tokens(id);
         self.sched.finish(id);
+        if let Some(d) = &mut self.draft {
+            d.forget(id);
+        }
         let mut text = String::new();
         if reason != FinishReason::Cancelled {
             // Flush held-back text (a partial stop-string prefix that never completed).
@@ -477,25 +513,51 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         Ok(plan.tokens())
     }
 
-    /// Proposes prompt-lookup drafts for the decoding sequences (speculative decoding on).
+    /// Proposes drafts for the decoding sequences (speculative decoding on): from the draft model
+    /// when there is one, else by prompt lookup. A failed draft forward only costs the drafts.
     fn propose_drafts(&mut self) {
         let Some(cfg) = self.cfg.speculative else {
             return;
         };
-        let running: Vec<SeqId> = self.sched.running().to_vec();
-        for id in running {
-            let Some(l) = self.live.get(&id) else {
-                continue;
-            };
-            // After the first token, and never past the request's length: a step emits at most
-            // drafts + 1 tokens.
-            let room = l.max_tokens.saturating_sub(l.generated + 1);
-            if l.generated == 0 || room == 0 {
-                continue;
+        // After the first token, and never past the request's length: a step emits at most
+        // drafts + 1 tokens.
+        let room: Vec<(SeqId, usize)> = self
+            .sched
+            .running()
+            .iter()
+            .filter_map(|&id| {
+                let l = self.live.get(&id)?;
+                let room = l.max_tokens.saturating_sub(l.generated + 1);
+                (l.generated > 0 && room > 0).then_some((id, room.min(cfg.draft_tokens)))
+            })
+            .collect();
+        let min = cfg.min_draft_tokens.min(cfg.draft_tokens);
+        let proposals: Vec<(SeqId, Vec<u32>)> = match &mut self.draft {
+            Some(d) => {
+                let work: Vec<(SeqId, &[u32], usize)> = room
+                    .iter()
+                    .filter(|&&(_, want)| want >= min)
+                    .map(|&(id, want)| (id, self.sched.tokens(id), want))
+                    .collect();
+                match d.propose(&work) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        tracing::warn!("draft model failed: {e}; decoding without drafts");
+                        Vec::new()
+                    }
+                }
             }
-            let mut d = spec::ngram_draft(self.sched.tokens(id), &cfg);
-            d.truncate(room);
-            if !d.is_empty() && d.len() >= cfg.min_draft_tokens.min(cfg.draft_tokens) {
+            None => room
+                .iter()
+                .map(|&(id, want)| {
+                    let mut d = spec::ngram_draft(self.sched.tokens(id), &cfg);
+                    d.truncate(want);
+                    (id, d)
+                })
+                .collect(),
+        };
+        for (id, d) in proposals {
+            if !d.is_empty() && d.len() >= min {
                 self.sched.set_drafts(id, d);
             }
         }

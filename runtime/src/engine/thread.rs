@@ -135,6 +135,22 @@ impl Engine {
         B: InferenceBackend,
         M: CausalLm<B> + Send + Sync + 'static,
     {
+        Self::start_with_draft(model, None, tok, cfg)
+    }
+
+    /// As [`Engine::start`], with a draft model proposing the speculative tokens
+    /// (`cfg.speculative` must be on; check the tokenizers with
+    /// [`super::check_draft_tokenizer`] first).
+    pub fn start_with_draft<B, M>(
+        model: M,
+        draft: Option<Box<dyn CausalLm<B> + Send + Sync>>,
+        tok: Arc<Tokenizer>,
+        cfg: EngineConfig,
+    ) -> Result<Self>
+    where
+        B: InferenceBackend,
+        M: CausalLm<B> + Send + Sync + 'static,
+    {
         let blocks = kv_blocks(&model, &cfg)?;
         let max_request_tokens = (blocks * cfg.block_size).min(model.context_length());
         // Pin the size: a default derived from free memory must not change between this check and
@@ -169,14 +185,15 @@ impl Engine {
                 }
                 let _alive = Alive(&sh.alive);
                 let counters = sh.counters.clone();
-                let mut core = match EngineCore::<B, M>::with_counters(&model, &tok, cfg, counters)
-                {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                        return;
-                    }
-                };
+                let draft = draft.as_deref().map(|d| d as &(dyn CausalLm<B> + Sync));
+                let mut core =
+                    match EngineCore::<B, M>::with_counters(&model, &tok, cfg, counters, draft) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
                 *sh.stats.lock().unwrap_or_else(|p| p.into_inner()) = core.stats().clone();
                 let _ = ready_tx.send(Ok(()));
                 run_loop(&mut core, &sh);

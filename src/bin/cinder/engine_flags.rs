@@ -1,7 +1,9 @@
 //! Engine settings shared by the commands that run the continuous-batching engine.
 
-use anyhow::{Result, bail};
-use cinder::runtime::engine::{EngineConfig, SpeculativeConfig};
+use anyhow::{Context, Result, bail};
+use cinder::backends::InferenceBackend;
+use cinder::importer::LoadedModel;
+use cinder::runtime::engine::{EngineConfig, SpeculativeConfig, check_draft_tokenizer};
 use cinder::runtime::kv::KvBudget;
 use cinder::runtime::scheduler::SchedulerConfig;
 use clap::Args;
@@ -39,8 +41,9 @@ pub struct EngineFlags {
 #[derive(Args, Debug, Clone)]
 pub struct SpecFlags {
     /// Speculative decoding: `ngram` (prompt lookup: drafts copied from earlier in the prompt and
-    /// output, verified in one batched forward; same output, fewer forwards on repetitive text)
-    /// or `none`.
+    /// output), `draft:MODEL` (a smaller model with the same tokenizer proposes them; catalog name
+    /// or path), or `none`. Drafts are verified in one batched forward: same output, fewer
+    /// forwards when they are right.
     #[arg(long, default_value = "none")]
     pub speculative: String,
     /// Most drafted tokens verified per step. 3 suits the CPU kernels: the verifying forward then
@@ -54,7 +57,10 @@ impl SpecFlags {
     pub fn config(&self) -> Result<Option<SpeculativeConfig>> {
         match self.speculative.as_str() {
             "none" | "off" => Ok(None),
-            "ngram" => {
+            s if s == "ngram" || s.starts_with("draft:") => {
+                if s == "draft:" {
+                    bail!("--speculative draft:MODEL: name the draft model (catalog name or path)");
+                }
                 if self.draft_tokens == 0 || self.draft_tokens > 64 {
                     bail!("--draft-tokens must be 1..=64");
                 }
@@ -64,12 +70,25 @@ impl SpecFlags {
                     ..SpeculativeConfig::default()
                 }))
             }
-            s if s.starts_with("draft:") => bail!(
-                "--speculative {s}: draft-model speculation is not implemented yet; \
-                 `--speculative ngram` (prompt lookup) is"
-            ),
-            s => bail!("--speculative {s:?}: expected ngram or none"),
+            s => bail!("--speculative {s:?}: expected ngram, draft:MODEL or none"),
         }
+    }
+
+    /// The draft model named by `--speculative draft:MODEL`, loaded on `device` and checked
+    /// against the target's tokenizer; `None` for the other modes.
+    pub fn load_draft<B: InferenceBackend>(
+        &self,
+        target: &LoadedModel<B>,
+        device: &B::Device,
+    ) -> Result<Option<LoadedModel<B>>> {
+        let Some(name) = self.speculative.strip_prefix("draft:") else {
+            return Ok(None);
+        };
+        let d = crate::load_model::<B>(name, device)
+            .with_context(|| format!("--speculative draft:{name}"))?;
+        check_draft_tokenizer(&target.tokenizer, &d.tokenizer)
+            .with_context(|| format!("--speculative draft:{name}"))?;
+        Ok(Some(d))
     }
 }
 

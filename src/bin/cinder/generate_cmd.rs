@@ -106,9 +106,13 @@ impl BackendTask for RunTask {
     fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
         let a = self.0;
         let m = crate::load_model::<B>(&a.model, &device)?;
+        let draft = a.sampling.spec.load_draft(&m, &device)?;
         let ids = m.tokenizer.encode(&a.prompt, true)?;
-        let out = generate(
+        let out = generate_with_draft(
             &m.model,
+            draft
+                .as_ref()
+                .map(|d| &d.model as &(dyn CausalLm<B> + Sync)),
             &m.tokenizer,
             &ids,
             &a.sampling.options()?,
@@ -145,6 +149,10 @@ impl BackendTask for ChatTask {
     fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
         let a = self.0;
         let m = crate::load_model::<B>(&a.model, &device)?;
+        let draft = a.sampling.spec.load_draft(&m, &device)?;
+        let draft = draft
+            .as_ref()
+            .map(|d| &d.model as &(dyn CausalLm<B> + Sync));
         let mut messages = Vec::new();
         if let Some(s) = &a.system {
             messages.push(ChatMessage::new("system", s.clone()));
@@ -156,7 +164,14 @@ impl BackendTask for ChatTask {
             // The template writes BOS itself where the model wants one, and its control tokens
             // (`<|im_start|>`, `<start_of_turn>`) must be parsed as such, not as text.
             let ids = m.tokenizer.tokenize(&text, false, true)?;
-            let out = generate(&m.model, &m.tokenizer, &ids, &opts, &mut stream_to_stdout)?;
+            let out = generate_with_draft(
+                &m.model,
+                draft,
+                &m.tokenizer,
+                &ids,
+                &opts,
+                &mut stream_to_stdout,
+            )?;
             println!();
             report(&out);
             messages.push(ChatMessage::new("assistant", out.text.trim().to_string()));

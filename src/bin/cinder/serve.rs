@@ -68,9 +68,14 @@ impl BackendTask for ServeTask {
             anyhow::bail!("--request-timeout must be a positive number of seconds");
         }
         let m = crate::load_model::<B>(&a.model, &device)?;
-        let engine =
-            Engine::start::<B, _>(m.model.clone(), m.tokenizer.clone(), a.engine.config()?)
-                .context("starting the engine")?;
+        let draft = a.engine.spec.load_draft(&m, &device)?;
+        let engine = Engine::start_with_draft::<B, _>(
+            m.model.clone(),
+            draft.map(|d| Box::new(d.model) as Box<dyn CausalLm<B> + Send + Sync>),
+            m.tokenizer.clone(),
+            a.engine.config()?,
+        )
+        .context("starting the engine")?;
         let name = a.model_name.clone().unwrap_or_else(|| {
             std::path::Path::new(&a.model)
                 .file_stem()
