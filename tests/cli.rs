@@ -318,6 +318,30 @@ fn quantize_writes_a_loadable_file_and_refuses_what_it_cannot_do() {
 }
 
 #[test]
+fn a_draft_model_with_another_tokenizer_is_refused() {
+    let o = cinder()
+        .args([
+            "run",
+            "smollm2-135m",
+            "--prompt",
+            "hi",
+            "--max-tokens",
+            "2",
+            "--speculative",
+            "draft:gemma3-270m",
+        ])
+        .output()
+        .expect("spawn");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("draft:gemma3-270m") && err.contains("special tokens differ"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
 fn bench_concurrency_json_reports_each_level() {
     let (stdout, _) = run_ok(&[
         "bench",

@@ -128,6 +128,8 @@ impl BackendTask for Task {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
                     .with_context(|| format!("reading {}", p.display()))?;
+                let draft = a.engine.spec.load_draft(&m, &device)?;
+                let name = a.engine.spec.speculative.trim_start_matches("draft:");
                 Some(crate::bench_spec::run(
                     &m,
                     &cfg,
@@ -135,6 +137,7 @@ impl BackendTask for Task {
                     a.gen_tokens.max(8),
                     reps,
                     a.engine.spec.draft_tokens,
+                    draft.as_ref().map(|d| (name, d)),
                 )?)
             }
             None => None,
@@ -215,8 +218,9 @@ impl BackendTask for Task {
             }
             if let Some(s) = &spec {
                 println!(
-                    "speculation (prompt lookup, {} draft tokens, {}-token prompt, {} tokens): \
+                    "speculation ({}, {} draft tokens, {}-token prompt, {} tokens): \
                      {:.2} t/s on vs {:.2} t/s off ({:.2}x), acceptance {:.0}%, {:.2} forwards per token",
+                    s.mode,
                     s.draft_tokens,
                     s.prompt_tokens,
                     s.gen_tokens,

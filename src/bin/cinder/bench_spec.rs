@@ -1,6 +1,7 @@
-//! `cinder bench --spec-prompt FILE`: batch-1 decode speed with prompt-lookup speculation off and
-//! on, on a prompt of the user's choosing (chat template applied), alternating so both see the
-//! same machine state. Reports medians, their ratio and the acceptance rate.
+//! `cinder bench --spec-prompt FILE`: batch-1 decode speed with speculation off and on (prompt
+//! lookup, or the draft model of `--speculative draft:MODEL`), on a prompt of the user's choosing
+//! (chat template applied), alternating so both see the same machine state. Reports medians, their
+//! ratio and the acceptance rate.
 
 use anyhow::{Context, Result, bail};
 use cinder::prelude::*;
@@ -10,6 +11,8 @@ use cinder::runtime::tokenizer::{ChatMessage, apply_chat_template};
 /// What the speculation test measured.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct SpecResult {
+    /// `ngram` or `draft:MODEL`
+    pub mode: String,
     /// prompt tokens (after the chat template)
     pub prompt_tokens: usize,
     /// tokens generated per run
@@ -18,7 +21,7 @@ pub struct SpecResult {
     pub draft_tokens: usize,
     /// median decode tokens/s without speculation
     pub off_tps: f64,
-    /// median decode tokens/s with prompt lookup
+    /// median decode tokens/s with speculation
     pub on_tps: f64,
     /// on / off
     pub speedup: f64,
@@ -67,16 +70,23 @@ pub fn run<B: InferenceBackend>(
     n_gen: usize,
     reps: usize,
     draft_tokens: usize,
+    draft: Option<(&str, &cinder::importer::LoadedModel<B>)>,
 ) -> Result<SpecResult> {
     let chat = apply_chat_template(&m.tokenizer, &[ChatMessage::new("user", text)], true)?;
     let prompt = m.tokenizer.tokenize(&chat, false, true)?;
     let mk = |spec: Option<SpeculativeConfig>| -> Result<Engine> {
+        let draft = match (spec, draft) {
+            (Some(_), Some((_, d))) => {
+                Some(Box::new(d.model.clone()) as Box<dyn CausalLm<B> + Send + Sync>)
+            }
+            _ => None,
+        };
         let cfg = EngineConfig {
             prefix_caching: false,
             speculative: spec,
             ..base.clone()
         };
-        Engine::start::<B, _>(m.model.clone(), m.tokenizer.clone(), cfg)
+        Engine::start_with_draft::<B, _>(m.model.clone(), draft, m.tokenizer.clone(), cfg)
             .context("starting the engine")
     };
     let off = mk(None)?;
@@ -109,6 +119,7 @@ pub fn run<B: InferenceBackend>(
     let off_tps = median(runs.iter().map(|r| r.0).collect());
     let on_tps = median(runs.iter().map(|r| r.1).collect());
     Ok(SpecResult {
+        mode: draft.map_or("ngram".into(), |(name, _)| format!("draft:{name}")),
         prompt_tokens: prompt.len(),
         gen_tokens: n_gen,
         draft_tokens,

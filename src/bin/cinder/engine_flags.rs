@@ -84,6 +84,9 @@ impl SpecFlags {
         let Some(name) = self.speculative.strip_prefix("draft:") else {
             return Ok(None);
         };
+        if name.is_empty() {
+            bail!("--speculative draft:MODEL: name the draft model (catalog name or path)");
+        }
         let d = crate::load_model::<B>(name, device)
             .with_context(|| format!("--speculative draft:{name}"))?;
         check_draft_tokenizer(&target.tokenizer, &d.tokenizer)
