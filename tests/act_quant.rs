@@ -129,6 +129,45 @@ struct Products;
 impl BackendTask for Products {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
+        // Many rows of an F32 weight take the host backends' blocked gemm (weight transposed once,
+        // on the first such product): the same values as the dot kernel, twice in a row.
+        let (m, n, k) = (21usize, 40usize, 512usize);
+        let x = activations(m, k);
+        let w = weight(GgmlType::F32, n, k, 99);
+        let mut want = vec![0.0f32; m * n];
+        kernels::matmul_with(
+            Isa::Scalar,
+            Weights {
+                ty: GgmlType::F32,
+                data: &w,
+                n,
+                k,
+            },
+            &x,
+            m,
+            &mut want,
+        )
+        .expect("scalar reference");
+        let layer = QLinear::<B>::from_ggml(
+            "w",
+            GgmlType::F32,
+            SharedBytes::from_vec(w),
+            n,
+            k,
+            None,
+            &device,
+        )
+        .expect("layer");
+        for _ in 0..2 {
+            let xt = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
+            let got = readback(layer.forward(xt));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                    "F32 gemm output {i}: {g} vs {w}"
+                );
+            }
+        }
         let (m, n, k) = (3usize, 40usize, 512usize);
         let x = activations(m, k);
         for (s, ty) in TYPES.into_iter().enumerate() {

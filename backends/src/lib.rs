@@ -10,6 +10,7 @@ use std::str::FromStr;
 
 pub mod act;
 pub mod attention;
+pub mod encoder;
 pub mod quant;
 
 pub use burn::tensor::backend::Backend;

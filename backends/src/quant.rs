@@ -9,6 +9,7 @@
 //!   matmul. Correct everywhere, but it holds f32 weights.
 
 use std::fmt;
+use std::sync::{Arc, OnceLock};
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 pub use cinder_gguf::{GgmlType, SharedBytes};
@@ -150,6 +151,34 @@ pub trait InferenceBackend: Backend {
         batch: &PagedBatch,
         params: &AttentionParams,
     ) -> Tensor<Self, 4>;
+
+    /// Layer norm over the last axis, `w`, `b` `[d]` ([`crate::encoder`]; the host backends
+    /// fuse it and run rows in parallel).
+    fn encoder_layer_norm<const D: usize>(
+        x: Tensor<Self, D>,
+        w: Tensor<Self, 1>,
+        b: Tensor<Self, 1>,
+        eps: f64,
+    ) -> Tensor<Self, D> {
+        crate::encoder::generic_layer_norm(x, w, b, eps)
+    }
+
+    /// Exact (erf) GELU.
+    fn encoder_gelu<const D: usize>(x: Tensor<Self, D>) -> Tensor<Self, D> {
+        crate::encoder::generic_gelu(x)
+    }
+
+    /// Bidirectional attention with a key-padding mask: `q`, `k`, `v` `[b, t, heads·hd]`, `mask`
+    /// `[b, t]` (1 token, 0 padding) -> `[b, t, heads·hd]`.
+    fn encoder_attention(
+        q: Tensor<Self, 3>,
+        k: Tensor<Self, 3>,
+        v: Tensor<Self, 3>,
+        mask: Tensor<Self, 2>,
+        heads: usize,
+    ) -> Tensor<Self, 3> {
+        crate::encoder::generic_encoder_attention(q, k, v, mask, heads)
+    }
 }
 
 /// A prepared weight with its backend type erased, so a Burn `Module` can hold it as a plain
@@ -212,6 +241,10 @@ impl PreparedWeight {
 pub struct HostQMatrix<D> {
     w: QWeight,
     device: D,
+    /// F32 weights only: `Wᵀ` `[k, n]`, built on the first product of many rows (never for
+    /// tables only looked up by row, such as embeddings). In this layout the gemm reads the
+    /// weight without repacking it on every call, which dominated small batches.
+    transposed: Arc<OnceLock<Vec<f32>>>,
 }
 
 /// The generic fallback: f32 weight on the device, stored transposed `[k, n]` for a plain matmul.
@@ -241,6 +274,7 @@ where
     Ok(HostQMatrix {
         w,
         device: device.clone(),
+        transposed: Arc::default(),
     })
 }
 
@@ -257,6 +291,56 @@ fn host_values<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f32> {
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 const F32_GEMM_MIN_ROWS: usize = 8;
 
+/// `Wᵀ` `[k, n]` of a little-endian f32 weight `[n, k]` stored as bytes.
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+fn transpose_f32(bytes: &[u8], n: usize, k: usize) -> Vec<f32> {
+    let mut t = vec![0.0f32; n * k];
+    for (o, row) in bytes.chunks_exact(4 * k).enumerate() {
+        for (i, c) in row.chunks_exact(4).enumerate() {
+            t[i * n + o] = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+    }
+    t
+}
+
+/// `x` `[m, k]` · `wt` (`Wᵀ` `[k, n]`, row-major) with the `gemm` crate on the rayon pool.
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+fn f32_gemm(x: &[f32], m: usize, wt: &[f32], n: usize, k: usize) -> Vec<f32> {
+    assert!(
+        x.len() == m * k && wt.len() == n * k,
+        "f32 gemm: {} activations for [{m}, {k}], {} weights for [{k}, {n}]",
+        x.len(),
+        wt.len()
+    );
+    let mut y = vec![0.0f32; m * n];
+    // SAFETY: every pointer covers the extent its strides address (checked just above): dst
+    // [m, n], lhs [m, k] and rhs [k, n], all row-major. `read_dst` is false: `y` is only written.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            y.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            x.as_ptr(),
+            1,
+            k as isize,
+            wt.as_ptr(),
+            1,
+            n as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::Rayon(0),
+        );
+    }
+    y
+}
+
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 fn host_matmul<B: Backend>(x: Tensor<B, 2>, w: &HostQMatrix<B::Device>) -> Tensor<B, 2> {
     let [m, k] = x.dims();
@@ -266,17 +350,15 @@ fn host_matmul<B: Backend>(x: Tensor<B, 2>, w: &HostQMatrix<B::Device>) -> Tenso
         w.w.k
     );
     if w.w.ty == GgmlType::F32 && m >= F32_GEMM_MIN_ROWS {
-        // Many rows of an f32 weight (encoder batches, prefill of an F32 checkpoint): Burn's blocked
+        // Many rows of an f32 weight (encoder batches, prefill of an F32 checkpoint): a blocked
         // gemm reads each weight tile once for many rows, where the row-by-row dot kernel re-reads
-        // the whole weight per row. The weight view costs one copy of `n·k` floats, small next to
-        // the `m·n·k` product.
-        let vals: Vec<f32> =
-            w.w.data
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-        let wt = Tensor::<B, 2>::from_data(TensorData::new(vals, [w.w.n, k]), &w.device);
-        return x.matmul(wt.transpose());
+        // the whole weight per row. The stored [n, k] rows are read in place as Wᵀ.
+        let wt = w
+            .transposed
+            .get_or_init(|| transpose_f32(&w.w.data, w.w.n, k));
+        let xs = host_values(x);
+        let y = f32_gemm(&xs, m, wt, w.w.n, k);
+        return Tensor::from_data(TensorData::new(y, [m, w.w.n]), &w.device);
     }
     let xs = host_values(x);
     let mut y = vec![0.0f32; m * w.w.n];
@@ -375,6 +457,26 @@ macro_rules! host_backend {
                 params: &AttentionParams,
             ) -> Tensor<Self, 4> {
                 host_paged_attention(kv, q, k, v, batch, params)
+            }
+            fn encoder_layer_norm<const D: usize>(
+                x: Tensor<Self, D>,
+                w: Tensor<Self, 1>,
+                b: Tensor<Self, 1>,
+                eps: f64,
+            ) -> Tensor<Self, D> {
+                crate::encoder::host_layer_norm(x, w, b, eps)
+            }
+            fn encoder_gelu<const D: usize>(x: Tensor<Self, D>) -> Tensor<Self, D> {
+                crate::encoder::host_gelu(x)
+            }
+            fn encoder_attention(
+                q: Tensor<Self, 3>,
+                k: Tensor<Self, 3>,
+                v: Tensor<Self, 3>,
+                mask: Tensor<Self, 2>,
+                heads: usize,
+            ) -> Tensor<Self, 3> {
+                crate::encoder::host_encoder_attention(q, k, v, mask, heads)
             }
         }
     };

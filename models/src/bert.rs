@@ -7,14 +7,13 @@
 
 use burn::config::Config;
 use burn::module::{Module, Param};
-use burn::tensor::activation::{gelu, relu, softmax};
+use burn::tensor::activation::relu;
 use burn::tensor::{Int, Tensor};
 use cinder_runtime::InferenceBackend;
 use cinder_runtime::quant::QLinear;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result, check_shape};
-use crate::layers::{merge_heads, split_heads};
 use crate::loader::WeightSource;
 
 /// The feed-forward activation (`hidden_act` in an HF config).
@@ -194,11 +193,7 @@ impl<B: InferenceBackend> LayerNorm<B> {
 
     /// `x` `[..., d]` -> same shape.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let mean = x.clone().mean_dim(D - 1);
-        let centered = x - mean;
-        let var = centered.clone().powi_scalar(2).mean_dim(D - 1);
-        let inv = var.add_scalar(self.eps).sqrt().recip();
-        centered * inv * self.weight.val().unsqueeze::<D>() + self.bias.val().unsqueeze::<D>()
+        B::encoder_layer_norm(x, self.weight.val(), self.bias.val(), self.eps)
     }
 }
 
@@ -288,11 +283,7 @@ impl<B: InferenceBackend> Bert<B> {
         mask: Tensor<B, 2>,
     ) -> Tensor<B, 3> {
         let [b, t] = ids.dims();
-        let (d, heads, hd) = (
-            self.config.hidden_size,
-            self.config.num_heads,
-            self.config.head_dim(),
-        );
+        let (d, heads) = (self.config.hidden_size, self.config.num_heads);
         let device = ids.device();
         let rows = |table: &QLinear<B>, ids: Tensor<B, 2, Int>| {
             table.rows(ids.reshape([b * t])).reshape([b, t, d])
@@ -304,26 +295,20 @@ impl<B: InferenceBackend> Bert<B> {
             + rows(&self.position, positions)
             + rows(&self.token_type, type_ids);
         let mut x = self.emb_norm.forward(x);
-        // [b, 1, 1, t]: 0 for tokens, -1e9 for padding (HF adds the dtype's minimum; any value whose
-        // exp() underflows after softmax's max-shift gives the same weights).
-        let bias = mask
-            .neg()
-            .add_scalar(1.0)
-            .mul_scalar(-1.0e9)
-            .reshape([b, 1, 1, t]);
-        let scale = 1.0 / (hd as f64).sqrt();
         for l in &self.layers {
-            // [b, heads, t, hd]
-            let q = split_heads(l.q.forward(x.clone()), heads, hd);
-            let k = split_heads(l.k.forward(x.clone()), heads, hd);
-            let v = split_heads(l.v.forward(x.clone()), heads, hd);
-            // [b, heads, t, t]
-            let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + bias.clone();
-            let ctx = merge_heads(softmax(scores, 3).matmul(v));
+            // [b, t, heads·hd] each; padded keys get no attention weight (HF adds the dtype's
+            // minimum to their scores: the same weights after the softmax).
+            let ctx = B::encoder_attention(
+                l.q.forward(x.clone()),
+                l.k.forward(x.clone()),
+                l.v.forward(x.clone()),
+                mask.clone(),
+                heads,
+            );
             x = l.attn_norm.forward(x + l.o.forward(ctx));
             let h = l.up.forward(x.clone());
             let h = match self.config.activation {
-                BertActivation::Gelu => gelu(h),
+                BertActivation::Gelu => B::encoder_gelu(h),
                 BertActivation::GeluTanh => gelu_tanh(h),
                 BertActivation::Relu => relu(h),
             };

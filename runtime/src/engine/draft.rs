@@ -115,11 +115,6 @@ impl<'m, B: InferenceBackend> DraftModel<'m, B> {
         })
     }
 
-    /// Bytes the draft cache holds.
-    pub(super) fn cache_bytes(&self) -> usize {
-        self.cache.bytes()
-    }
-
     /// Drops a finished sequence's draft state and blocks.
     pub(super) fn forget(&mut self, id: SeqId) {
         self.seqs.remove(&id);
