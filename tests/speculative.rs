@@ -92,6 +92,26 @@ fn spec(k: usize) -> EngineConfig {
     }
 }
 
+/// Each prompt's greedy tokens, run alone without speculation: what every other run must equal.
+fn alone_greedy<B: InferenceBackend>(
+    m: &cinder::importer::LoadedModel<B>,
+    encoded: &[Vec<u32>],
+) -> Vec<Vec<u32>> {
+    encoded
+        .iter()
+        .map(|ids| {
+            run(
+                m,
+                std::slice::from_ref(ids),
+                EngineConfig::default(),
+                SamplingParams::greedy(),
+            )
+            .0
+            .remove(0)
+        })
+        .collect()
+}
+
 /// SmolLM2 and the prompts, tokenized.
 fn load_encoded<B: InferenceBackend>(
     device: &B::Device,
@@ -111,19 +131,7 @@ impl BackendTask for GreedyUnchanged {
     fn run<B: InferenceBackend>(self, device: B::Device) {
         let (m, encoded) = load_encoded::<B>(&device);
         let greedy = SamplingParams::greedy;
-        let alone: Vec<Vec<u32>> = encoded
-            .iter()
-            .map(|ids| {
-                run(
-                    &m,
-                    std::slice::from_ref(ids),
-                    EngineConfig::default(),
-                    greedy(),
-                )
-                .0
-                .remove(0)
-            })
-            .collect();
+        let alone = alone_greedy(&m, &encoded);
         // Alone, with speculation.
         let mut drafted = 0;
         for (i, ids) in encoded.iter().enumerate() {
@@ -230,19 +238,7 @@ impl BackendTask for DraftModelUnchanged {
         cinder::runtime::engine::check_draft_tokenizer(&m.tokenizer, &draft.tokenizer)
             .expect("same tokenizer");
         let greedy = SamplingParams::greedy;
-        let alone: Vec<Vec<u32>> = encoded
-            .iter()
-            .map(|ids| {
-                run(
-                    &m,
-                    std::slice::from_ref(ids),
-                    EngineConfig::default(),
-                    greedy(),
-                )
-                .0
-                .remove(0)
-            })
-            .collect();
+        let alone = alone_greedy(&m, &encoded);
         for (i, ids) in encoded.iter().enumerate() {
             let (out, _) = run_with(
                 &m,

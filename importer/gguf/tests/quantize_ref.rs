@@ -11,9 +11,8 @@ fn hex(s: &str) -> Vec<u8> {
         .collect()
 }
 
-#[test]
-fn blocks_equal_gguf_py() {
-    let text = include_str!("data/quant_ref.json");
+/// A fixture's f32 input, its row length and the expected blocks per type name.
+fn fixture(text: &str) -> (Vec<f32>, usize, serde_json::Map<String, serde_json::Value>) {
     let v: serde_json::Value = serde_json::from_str(text).expect("json");
     let raw = hex(v["input_f32_hex"].as_str().expect("input"));
     let x: Vec<f32> = raw
@@ -21,9 +20,15 @@ fn blocks_equal_gguf_py() {
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
     let row_len = v["row_len"].as_u64().expect("row_len") as usize;
-    let blocks = v["blocks"].as_object().expect("blocks");
+    let blocks = v["blocks"].as_object().expect("blocks").clone();
+    (x, row_len, blocks)
+}
+
+#[test]
+fn blocks_equal_gguf_py() {
+    let (x, row_len, blocks) = fixture(include_str!("data/quant_ref.json"));
     assert_eq!(blocks.len(), 6);
-    for (name, want) in blocks {
+    for (name, want) in &blocks {
         let ty = match name.as_str() {
             "Q8_0" => GgmlType::Q8_0,
             "Q4_0" => GgmlType::Q4_0,
@@ -51,17 +56,9 @@ fn blocks_equal_gguf_py() {
 /// and tiny magnitudes: see tests/data/make_kquant_vectors.c.
 #[test]
 fn k_quant_blocks_equal_ggml() {
-    let v: serde_json::Value =
-        serde_json::from_str(include_str!("data/kquant_ref.json")).expect("json");
-    let raw = hex(v["input_f32_hex"].as_str().expect("input"));
-    let x: Vec<f32> = raw
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    let row_len = v["row_len"].as_u64().expect("row_len") as usize;
-    let blocks = v["blocks"].as_object().expect("blocks");
+    let (x, row_len, blocks) = fixture(include_str!("data/kquant_ref.json"));
     assert_eq!(blocks.len(), 3);
-    for (name, want) in blocks {
+    for (name, want) in &blocks {
         let ty = match name.as_str() {
             "Q4_K" => GgmlType::Q4_K,
             "Q5_K" => GgmlType::Q5_K,

@@ -15,14 +15,12 @@
 
 use std::collections::HashMap;
 
-use burn::tensor::{Int, Tensor, TensorData};
 use cinder_backends::InferenceBackend;
-use cinder_backends::attention::{PagedBatch, SeqSlice};
+use cinder_backends::attention::SeqSlice;
 
 use crate::error::{Result, RuntimeError};
-use crate::generate::logits_to_vec;
 use crate::kv::{BlockManager, PagedKvCache, SeqId};
-use crate::model::{CausalLm, Logits};
+use crate::model::CausalLm;
 use crate::sampler::argmax;
 
 /// Checks that a draft model can propose tokens for a target: the same vocabulary (ids mean the
@@ -46,7 +44,7 @@ pub fn check_draft_tokenizer(
             draft.token_text(id)
         ));
     }
-    let probe = "Speculative drafts: ñ, 東京, 12345 fn main() { println!(\"hi\"); }\n";
+    let probe = "Speculative drafts: ñ, 東京, 12345 fn main() { let x = vec![1, 2]; }\n";
     if target.encode(probe, true)? != draft.encode(probe, true)? {
         return bad("the tokenizers split the same text differently".into());
     }
@@ -207,24 +205,11 @@ impl<'m, B: InferenceBackend> DraftModel<'m, B> {
         if ids.is_empty() {
             return Ok(());
         }
-        let t = ids.len();
-        self.cache.set_batch(PagedBatch {
-            block_size: self.cache.block_size(),
-            seqs,
-        });
-        let device = self.model.device();
-        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, t]), &device);
-        let n_rows = rows.len();
-        // A forward returns at least one row; a round of catch-up chunks only ignores it.
-        let ask = if n_rows == 0 { vec![t - 1] } else { rows };
-        let logits = self
-            .model
-            .forward(tokens, &mut self.cache, Logits::Rows(ask));
-        if n_rows == 0 {
+        let Some((host, vocab)) =
+            super::forward_ragged(self.model, &mut self.cache, seqs, ids, rows)?
+        else {
             return Ok(());
-        }
-        let host = logits_to_vec(logits)?;
-        let vocab = host.len() / n_rows;
+        };
         let usable = vocab.min(self.target_vocab);
         for (r, &ji) in asked.iter().enumerate() {
             let job = &mut jobs[ji];

@@ -583,24 +583,10 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
                 rows.extend(ids.len() - 1 - s.drafts..ids.len());
             }
         }
-        let t = ids.len();
-        self.cache.set_batch(PagedBatch {
-            block_size: self.cache.block_size(),
-            seqs,
-        });
-        let device = self.model.device();
-        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, t]), &device);
-        let n = rows.len();
-        // A step of prefill chunks only still asks for one row: a forward returns at least one.
-        let ask = if n == 0 { vec![t - 1] } else { rows };
-        let logits = self
-            .model
-            .forward(tokens, &mut self.cache, Logits::Rows(ask));
-        if n == 0 {
+        let Some((host, vocab)) = forward_ragged(self.model, &mut self.cache, seqs, ids, rows)?
+        else {
             return Ok(Vec::new());
-        }
-        let host = logits_to_vec(logits)?;
-        let vocab = host.len() / n;
+        };
         let mut out = Vec::with_capacity(plan.seqs.len());
         let mut row = 0usize;
         for s in plan.seqs.iter().filter(|s| s.sample) {
@@ -673,6 +659,35 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         s.prefix_hit_blocks = p.hit_blocks;
         s.preemptions = self.sched.preemptions();
     }
+}
+
+/// One forward of a ragged batch: `seqs` lay out the new tokens `ids` (all sequences one after the
+/// other) over the paged `cache`. Returns the logits of `rows` (time steps, in order) as one host
+/// buffer of `rows.len() × vocab` values and the vocabulary size, or `None` when no row was asked
+/// for (a step of prefill chunks only).
+fn forward_ragged<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
+    model: &M,
+    cache: &mut PagedKvCache<B>,
+    seqs: Vec<SeqSlice>,
+    ids: Vec<i32>,
+    rows: Vec<usize>,
+) -> Result<Option<(Vec<f32>, usize)>> {
+    let t = ids.len();
+    cache.set_batch(PagedBatch {
+        block_size: cache.block_size(),
+        seqs,
+    });
+    let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [1, t]), &model.device());
+    let n = rows.len();
+    // A forward returns at least one row: ask for the last one and drop it.
+    let ask = if n == 0 { vec![t - 1] } else { rows };
+    let logits = model.forward(tokens, cache, Logits::Rows(ask));
+    if n == 0 {
+        return Ok(None);
+    }
+    let host = logits_to_vec(logits)?;
+    let vocab = host.len() / n;
+    Ok(Some((host, vocab)))
 }
 
 /// KV blocks the engine allocates for `model` under `cfg`.
