@@ -72,8 +72,8 @@ fn rows_per_task(rows: usize, width: usize) -> usize {
     rows.div_ceil(tasks).max((16_384 / width.max(1)).max(1))
 }
 
-/// Host layer norm: one pass for mean and variance per row (f64 sums, like the two-pass f32
-/// form to ~1e-7), rows in parallel.
+/// Host layer norm: two passes per row (mean, then centered variance), summed in 8 f32 lanes so
+/// the loops vectorize; rows in parallel.
 pub fn host_layer_norm<B: Backend, const D: usize>(
     x: Tensor<B, D>,
     w: Tensor<B, 1>,
@@ -95,23 +95,29 @@ pub fn host_layer_norm<B: Backend, const D: usize>(
     let per = rows_per_task(v.len() / d, d);
     v.par_chunks_mut(per * d).for_each(|chunk| {
         for row in chunk.chunks_exact_mut(d) {
-            let mean = row.iter().map(|&a| a as f64).sum::<f64>() / d as f64;
-            let var = row
-                .iter()
-                .map(|&a| {
-                    let c = a as f64 - mean;
-                    c * c
-                })
-                .sum::<f64>()
-                / d as f64;
-            let inv = (1.0 / (var + eps).sqrt()) as f32;
-            let mean = mean as f32;
+            let mean = lane_sum(row, |a| a) / d as f32;
+            let var = lane_sum(row, |a| (a - mean) * (a - mean)) / d as f32;
+            let inv = 1.0 / (var + eps as f32).sqrt();
             for ((a, &g), &o) in row.iter_mut().zip(&w).zip(&b) {
                 *a = (*a - mean) * inv * g + o;
             }
         }
     });
     Tensor::from_data(TensorData::new(v, shape), &device)
+}
+
+/// Sum in 8 independent lanes (vectorizable, unlike a left-to-right f32 sum).
+#[inline]
+fn lane_sum(row: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = row.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().map(|&x| f(x)).sum();
+    for c in chunks {
+        for l in 0..8 {
+            acc[l] += f(c[l]);
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// `erf(x)` to ~1.5e-7 absolute (Abramowitz & Stegun 7.1.26), branch-free so it vectorizes.
@@ -165,6 +171,66 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
+/// `row = softmax(row · scale)` in place (all zeros for an empty row's sum).
+fn softmax_row(row: &mut [f32], scale: f32) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x * scale));
+    // exponentials first (a loop that vectorizes), then their sum in lanes
+    row.iter_mut().for_each(|x| *x = (*x * scale - max).exp());
+    let sum = lane_sum(row, |x| x);
+    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+    row.iter_mut().for_each(|x| *x *= inv);
+}
+
+/// `dst [m, n] (row-major) = lhs [m, k] · rhs [k, n]`, single-threaded gemm. Each operand is
+/// `(buffer, offset, row stride, column stride)`; every index it addresses is checked first.
+fn small_gemm(
+    (m, n, k): (usize, usize, usize),
+    dst: &mut [f32],
+    lhs: (&[f32], usize, usize, usize),
+    rhs: (&[f32], usize, usize, usize),
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        dst[..m * n].fill(0.0);
+        return;
+    }
+    let last = |(buf, off, rs, cs): (&[f32], usize, usize, usize), rows: usize, cols: usize| {
+        assert!(
+            off + (rows - 1) * rs + (cols - 1) * cs < buf.len(),
+            "small_gemm: operand out of bounds"
+        );
+    };
+    last(lhs, m, k);
+    last(rhs, k, n);
+    assert!(dst.len() >= m * n, "small_gemm: destination too small");
+    // SAFETY: the asserts above bound every element the strides address; `read_dst` is false.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            lhs.0.as_ptr().add(lhs.1),
+            lhs.3 as isize,
+            lhs.2 as isize,
+            rhs.0.as_ptr().add(rhs.1),
+            rhs.3 as isize,
+            rhs.2 as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
 /// Host attention: one task per (sequence, head); each query attends to that sequence's unpadded
 /// keys only (what the generic form's -1e9 bias gives after the softmax, without the wasted work).
 pub fn host_encoder_attention<B: Backend>(
@@ -185,30 +251,43 @@ pub fn host_encoder_attention<B: Backend>(
         .map(|job| {
             let (s, h) = (job / heads, job % heads);
             let keys: Vec<usize> = (0..t).filter(|&j| mask[s * t + j] != 0.0).collect();
-            fn at(buf: &[f32], row: usize, col: usize, hd: usize) -> &[f32] {
-                &buf[row + col..row + col + hd]
-            }
-            let row = |i: usize| (s * t + i) * width;
-            let col = h * hd;
+            let (base, col) = (s * t * width, h * hd);
             let mut out = vec![0.0f32; t * hd];
+            // Right padding (the usual case): the real keys are rows 0..n, so both products are
+            // small gemms read in place from the [t, heads·hd] buffers.
+            if keys.iter().enumerate().all(|(i, &j)| i == j) {
+                let n = keys.len();
+                let mut p = vec![0.0f32; t * n];
+                // scores [t, n] = Q_h [t, hd] · K_hᵀ [hd, n]
+                small_gemm(
+                    (t, n, hd),
+                    &mut p,
+                    (&q, base + col, width, 1),
+                    (&k, base + col, 1, width),
+                );
+                for row in p.chunks_exact_mut(n.max(1)) {
+                    softmax_row(row, scale);
+                }
+                // out [t, hd] = P [t, n] · V_h [n, hd]
+                small_gemm(
+                    (t, hd, n),
+                    &mut out,
+                    (&p, 0, n, 1),
+                    (&v, base + col, width, 1),
+                );
+                return (s, h, out);
+            }
+            // Any other mask: the listed keys one by one.
+            let at = |i: usize| base + i * width + col..base + i * width + col + hd;
             let mut p = vec![0.0f32; keys.len()];
             for (i, o) in out.chunks_exact_mut(hd).enumerate() {
-                let qi = at(&q, row(i), col, hd);
-                let mut max = f32::NEG_INFINITY;
+                let qi = &q[at(i)];
                 for (pj, &j) in p.iter_mut().zip(&keys) {
-                    let kj = at(&k, row(j), col, hd);
-                    *pj = dot(qi, kj) * scale;
-                    max = max.max(*pj);
+                    *pj = dot(qi, &k[at(j)]);
                 }
-                let mut sum = 0.0f32;
-                for pj in p.iter_mut() {
-                    *pj = (*pj - max).exp();
-                    sum += *pj;
-                }
-                let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-                for (&pj, &j) in p.iter().zip(&keys) {
-                    let w = pj * inv;
-                    for (a, &vv) in o.iter_mut().zip(at(&v, row(j), col, hd)) {
+                softmax_row(&mut p, scale);
+                for (&w, &j) in p.iter().zip(&keys) {
+                    for (a, &vv) in o.iter_mut().zip(&v[at(j)]) {
                         *a += w * vv;
                     }
                 }
