@@ -367,9 +367,32 @@ mod tests {
                 mask.clone(),
                 heads,
             )),
-            host_vec(generic_encoder_attention(q, k, v, mask, heads)),
+            host_vec(generic_encoder_attention(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                mask,
+                heads,
+            )),
             1e-5,
             "attention",
+        );
+        // Left padding and a hole: the per-key path instead of the in-place gemms.
+        let holes: Vec<f32> = (0..b * t)
+            .map(|i| if i % t == 0 || i % t == 3 { 0.0 } else { 1.0 })
+            .collect();
+        let holes = Tensor::<Flex, 2>::from_data(TensorData::new(holes, [b, t]), &dev);
+        close(
+            host_vec(host_encoder_attention(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                holes.clone(),
+                heads,
+            )),
+            host_vec(generic_encoder_attention(q, k, v, holes, heads)),
+            1e-5,
+            "attention, non-prefix mask",
         );
     }
 }
