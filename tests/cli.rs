@@ -260,53 +260,40 @@ fn quantize_writes_a_loadable_file_and_refuses_what_it_cannot_do() {
         .expect("spawn");
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("not implemented"));
-    let (stdout, _) = run_ok(&[
-        "quantize",
-        "smollm2-135m",
-        out_s,
-        "--type",
-        "q8_0",
-        "--allow-requantize",
-    ]);
+    let (stdout, info) = quantize_and_run(out_s, "q8_0");
     assert!(stdout.contains("to Q8_0"), "{stdout}");
-    let (info, _) = run_ok(&["info", out_s]);
     assert!(info.contains("Q8_0: 211"), "{info}");
-    let (text, _) = run_ok(&[
-        "run",
-        out_s,
-        "--prompt",
-        "The capital of France is",
-        "--temperature",
-        "0",
-        "--max-tokens",
-        "4",
-    ]);
-    assert!(text.contains("Paris"), "{text}");
 
     // Q4_K: 576-wide rows are not whole 256-value super-blocks, so those matrices take
     // llama-quantize's fallback (Q5_0); the 1536-wide ffn_down rows are Q4_K. Still coherent.
     let k_out = dir.path().join("smol-q4_k.gguf");
     let k_s = k_out.to_str().expect("utf-8 path");
-    let (stdout, _) = run_ok(&[
-        "quantize",
-        "smollm2-135m",
-        k_s,
-        "--type",
-        "q4_k",
-        "--allow-requantize",
-    ]);
+    let (stdout, info) = quantize_and_run(k_s, "q4_k");
     assert!(
         stdout.contains("to Q4_K") && stdout.contains("fallback"),
         "{stdout}"
     );
-    let (info, _) = run_ok(&["info", k_s]);
     assert!(
         info.contains("Q4_K: 30") && info.contains("Q5_0: 181"),
         "{info}"
     );
+}
+
+/// Requantizes SmolLM2 to `ty` at `out`, checks the file still says "Paris" greedily, and returns
+/// the quantize summary and `cinder info` of the file.
+fn quantize_and_run(out: &str, ty: &str) -> (String, String) {
+    let (stdout, _) = run_ok(&[
+        "quantize",
+        "smollm2-135m",
+        out,
+        "--type",
+        ty,
+        "--allow-requantize",
+    ]);
+    let (info, _) = run_ok(&["info", out]);
     let (text, _) = run_ok(&[
         "run",
-        k_s,
+        out,
         "--prompt",
         "The capital of France is",
         "--temperature",
@@ -314,7 +301,8 @@ fn quantize_writes_a_loadable_file_and_refuses_what_it_cannot_do() {
         "--max-tokens",
         "4",
     ]);
-    assert!(text.contains("Paris"), "{text}");
+    assert!(text.contains("Paris"), "{ty}: {text}");
+    (stdout, info)
 }
 
 #[test]

@@ -24,6 +24,7 @@ use rayon::prelude::*;
 
 use crate::BackendError;
 use crate::act::round_to_f16;
+use crate::encoder::host_values;
 
 /// Per-layer attention settings a model passes with each call.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -343,17 +344,10 @@ pub(crate) fn host_kv_copy_block<D>(kv: &mut HostKv<D>, src: u32, dst: u32) {
     kv.v.copy_within(s..s + len, d);
 }
 
-fn host_values<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f32> {
-    x.into_data()
-        .convert::<f32>()
-        .into_vec::<f32>()
-        .unwrap_or_default()
-}
-
 /// `q·k` over one head, in 8 independent lanes summed in a fixed order: vectorizes, and the result
 /// does not depend on anything but the two rows.
 #[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let (ra, rb) = (ca.remainder(), cb.remainder());

@@ -12,6 +12,8 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 
+use crate::attention::dot;
+
 /// Layer norm over the last axis: `(x - mean) / sqrt(var + eps) * w + b`; `w`, `b` `[d]`.
 pub fn generic_layer_norm<B: Backend, const D: usize>(
     x: Tensor<B, D>,
@@ -58,7 +60,8 @@ pub fn generic_encoder_attention<B: Backend>(
         .reshape([b, t, width])
 }
 
-fn host_vec<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f32> {
+/// A tensor's values on the host as f32 (the host backends' ops and kernels read them from here).
+pub(crate) fn host_values<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f32> {
     // `convert` is a no-op for f32 data and `into_vec` takes the buffer without copying it.
     x.into_data()
         .convert::<f32>()
@@ -83,8 +86,8 @@ pub fn host_layer_norm<B: Backend, const D: usize>(
     let shape = x.dims();
     let device = x.device();
     let d = shape[D - 1];
-    let (w, b) = (host_vec(w), host_vec(b));
-    let mut v = host_vec(x);
+    let (w, b) = (host_values(w), host_values(b));
+    let mut v = host_values(x);
     if d == 0 || w.len() != d || b.len() != d {
         panic!(
             "layer_norm: width {d} with weight {} and bias {}",
@@ -142,33 +145,13 @@ fn erf(x: f32) -> f32 {
 pub fn host_gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     let shape = x.dims();
     let device = x.device();
-    let mut v = host_vec(x);
+    let mut v = host_values(x);
     v.par_chunks_mut(16_384).for_each(|c| {
         for a in c {
             *a = 0.5 * *a * (1.0 + erf(*a * std::f32::consts::FRAC_1_SQRT_2));
         }
     });
     Tensor::from_data(TensorData::new(v, shape), &device)
-}
-
-/// Dot product in 8 independent lanes (a fixed order the compiler can keep in one vector
-/// register; a plain left-to-right sum stays scalar).
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 /// `row = softmax(row · scale)` in place (all zeros for an empty row's sum).
@@ -243,7 +226,12 @@ pub fn host_encoder_attention<B: Backend>(
     let [b, t, width] = q.dims();
     let device = q.device();
     let hd = width / heads;
-    let (q, k, v, mask) = (host_vec(q), host_vec(k), host_vec(v), host_vec(mask));
+    let (q, k, v, mask) = (
+        host_values(q),
+        host_values(k),
+        host_values(v),
+        host_values(mask),
+    );
     let scale = 1.0 / (hd as f32).sqrt();
     // Each task writes its head's columns of its sequence: [t, hd] per (sequence, head), merged below.
     let parts: Vec<(usize, usize, Vec<f32>)> = (0..b * heads)
@@ -337,14 +325,14 @@ mod tests {
         let g = Tensor::<Flex, 1>::from_data(TensorData::new(data(w, 2), [w]), &dev);
         let o = Tensor::<Flex, 1>::from_data(TensorData::new(data(w, 3), [w]), &dev);
         close(
-            host_vec(host_layer_norm(x.clone(), g.clone(), o.clone(), 1e-12)),
-            host_vec(generic_layer_norm(x.clone(), g, o, 1e-12)),
+            host_values(host_layer_norm(x.clone(), g.clone(), o.clone(), 1e-12)),
+            host_values(generic_layer_norm(x.clone(), g, o, 1e-12)),
             1e-5,
             "layer norm",
         );
         close(
-            host_vec(host_gelu(x.clone())),
-            host_vec(generic_gelu(x.clone())),
+            host_values(host_gelu(x.clone())),
+            host_values(generic_gelu(x.clone())),
             1e-6,
             "gelu",
         );
@@ -360,14 +348,14 @@ mod tests {
             t3(data(b * t * w, 6), [b, t, w]),
         );
         close(
-            host_vec(host_encoder_attention(
+            host_values(host_encoder_attention(
                 q.clone(),
                 k.clone(),
                 v.clone(),
                 mask.clone(),
                 heads,
             )),
-            host_vec(generic_encoder_attention(
+            host_values(generic_encoder_attention(
                 q.clone(),
                 k.clone(),
                 v.clone(),
@@ -383,14 +371,14 @@ mod tests {
             .collect();
         let holes = Tensor::<Flex, 2>::from_data(TensorData::new(holes, [b, t]), &dev);
         close(
-            host_vec(host_encoder_attention(
+            host_values(host_encoder_attention(
                 q.clone(),
                 k.clone(),
                 v.clone(),
                 holes.clone(),
                 heads,
             )),
-            host_vec(generic_encoder_attention(q, k, v, holes, heads)),
+            host_values(generic_encoder_attention(q, k, v, holes, heads)),
             1e-5,
             "attention, non-prefix mask",
         );

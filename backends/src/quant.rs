@@ -22,6 +22,7 @@ use crate::attention::{
     AttentionParams, DenseKv, HostKv, KvShape, PagedBatch, dense_kv_alloc, dense_kv_copy_block,
     dense_paged_attention, host_kv_alloc, host_kv_copy_block, host_paged_attention,
 };
+use crate::encoder::host_values;
 
 /// A weight matrix as the checkpoint stores it: `n` output rows of `k` inputs in `ty`'s block format
 /// (GGUF dims `[k, n]`).
@@ -276,15 +277,6 @@ where
         device: device.clone(),
         transposed: Arc::default(),
     })
-}
-
-#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
-fn host_values<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f32> {
-    // `convert` is a no-op for f32 data and `into_vec` takes the buffer without copying it.
-    x.into_data()
-        .convert::<f32>()
-        .into_vec::<f32>()
-        .unwrap_or_default()
 }
 
 /// Rows from which an F32 weight's product goes through Burn's gemm instead of the dot kernel.

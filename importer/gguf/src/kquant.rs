@@ -172,8 +172,9 @@ fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
 }
 
 /// Shared front half of Q4_K and Q5_K: fits each 32-value sub-block, packs the 6-bit scales and
-/// mins, and re-derives the levels `l` against the rounded scales. Returns (d, dmin, scales).
-fn fit_k4(x: &[f32], nmax: i32, rmin: f32, nstep: i32, l: &mut [u8; QK_K]) -> (u16, u16, [u8; 12]) {
+/// mins, re-derives the levels `l` against the rounded scales, and writes the block header
+/// (`d`, `dmin`, 12 scale bytes) to `out`.
+fn fit_k4(x: &[f32], nmax: i32, rmin: f32, nstep: i32, l: &mut [u8; QK_K], out: &mut Vec<u8>) {
     let mut scales = [0.0f32; 8];
     let mut mins = [0.0f32; 8];
     let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
@@ -235,15 +236,14 @@ fn fit_k4(x: &[f32], nmax: i32, rmin: f32, nstep: i32, l: &mut [u8; QK_K]) -> (u
             l[32 * j + i] = nearest_int((x[32 * j + i] + dm) / ds).clamp(0, nmax) as u8;
         }
     }
-    (d_bits, dmin_bits, packed)
+    out.extend_from_slice(&d_bits.to_le_bytes());
+    out.extend_from_slice(&dmin_bits.to_le_bytes());
+    out.extend_from_slice(&packed);
 }
 
 pub(crate) fn q4_k(x: &[f32], out: &mut Vec<u8>) {
     let mut l = [0u8; QK_K];
-    let (d, dmin, scales) = fit_k4(x, 15, -1.0, 20, &mut l);
-    out.extend_from_slice(&d.to_le_bytes());
-    out.extend_from_slice(&dmin.to_le_bytes());
-    out.extend_from_slice(&scales);
+    fit_k4(x, 15, -1.0, 20, &mut l, out);
     for chunk in l.chunks_exact(64) {
         out.extend((0..32).map(|i| chunk[i] | (chunk[i + 32] << 4)));
     }
@@ -251,10 +251,7 @@ pub(crate) fn q4_k(x: &[f32], out: &mut Vec<u8>) {
 
 pub(crate) fn q5_k(x: &[f32], out: &mut Vec<u8>) {
     let mut l = [0u8; QK_K];
-    let (d, dmin, scales) = fit_k4(x, 31, -0.5, 15, &mut l);
-    out.extend_from_slice(&d.to_le_bytes());
-    out.extend_from_slice(&dmin.to_le_bytes());
-    out.extend_from_slice(&scales);
+    fit_k4(x, 31, -0.5, 15, &mut l, out);
     let mut qh = [0u8; 32];
     let mut qs = [0u8; 128];
     for (n, chunk) in l.chunks_exact(64).enumerate() {

@@ -129,7 +129,6 @@ impl BackendTask for Task {
                 let text = std::fs::read_to_string(p)
                     .with_context(|| format!("reading {}", p.display()))?;
                 let draft = a.engine.spec.load_draft(&m, &device)?;
-                let name = a.engine.spec.speculative.trim_start_matches("draft:");
                 Some(crate::bench_spec::run(
                     &m,
                     &cfg,
@@ -137,7 +136,10 @@ impl BackendTask for Task {
                     a.gen_tokens.max(8),
                     reps,
                     a.engine.spec.draft_tokens,
-                    draft.as_ref().map(|d| (name, d)),
+                    draft
+                        .as_ref()
+                        .zip(a.engine.spec.draft_name())
+                        .map(|(d, name)| (name, d)),
                 )?)
             }
             None => None,

@@ -74,6 +74,11 @@ impl SpecFlags {
         }
     }
 
+    /// The MODEL of `--speculative draft:MODEL`, if that is the mode.
+    pub fn draft_name(&self) -> Option<&str> {
+        self.speculative.strip_prefix("draft:")
+    }
+
     /// The draft model named by `--speculative draft:MODEL`, loaded on `device` and checked
     /// against the target's tokenizer; `None` for the other modes.
     pub fn load_draft<B: InferenceBackend>(
@@ -81,7 +86,7 @@ impl SpecFlags {
         target: &LoadedModel<B>,
         device: &B::Device,
     ) -> Result<Option<LoadedModel<B>>> {
-        let Some(name) = self.speculative.strip_prefix("draft:") else {
+        let Some(name) = self.draft_name() else {
             return Ok(None);
         };
         if name.is_empty() {
