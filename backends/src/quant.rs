@@ -246,6 +246,9 @@ pub struct HostQMatrix<D> {
     /// tables only looked up by row, such as embeddings). In this layout the gemm reads the
     /// weight without repacking it on every call, which dominated small batches.
     transposed: Arc<OnceLock<Vec<f32>>>,
+    /// Q4_0/Q4_1/Q8_0: the rows interleaved by 8 for the packed kernels (`cinder_kernels::packed`),
+    /// built on the first product (never for tables only looked up by row). Same size as the blocks.
+    packed: Arc<OnceLock<Option<cinder_kernels::Packed>>>,
 }
 
 /// The generic fallback: f32 weight on the device, stored transposed `[k, n]` for a plain matmul.
@@ -276,6 +279,7 @@ where
         w,
         device: device.clone(),
         transposed: Arc::default(),
+        packed: Arc::default(),
     })
 }
 
@@ -354,8 +358,17 @@ fn host_matmul<B: Backend>(x: Tensor<B, 2>, w: &HostQMatrix<B::Device>) -> Tenso
     }
     let xs = host_values(x);
     let mut y = vec![0.0f32; m * w.w.n];
+    let packed = w.packed.get_or_init(|| {
+        cinder_kernels::Packed::new(w.w.kernel_view())
+            .ok()
+            .flatten()
+    });
     // Shapes were validated when the weight was prepared and just above.
-    if let Err(e) = cinder_kernels::matmul(w.w.kernel_view(), &xs, m, &mut y) {
+    let done = match packed {
+        Some(p) => cinder_kernels::matmul_packed(p, &xs, m, &mut y),
+        None => cinder_kernels::matmul(w.w.kernel_view(), &xs, m, &mut y),
+    };
+    if let Err(e) = done {
         panic!("qw_matmul on validated shapes failed: {e}");
     }
     Tensor::from_data(TensorData::new(y, [m, w.w.n]), &w.device)

@@ -26,6 +26,9 @@ pub struct BlockQ8 {
     pub d: f32,
     /// `d·Σqs` rounded to f16 and widened (used by the offset formats Q4_1/Q5_1)
     pub s: f32,
+    /// `8·Σ` of each quad `qs[4g..4g+4]` (the packed Q4_0 kernel multiplies unsigned nibbles and
+    /// subtracts these, which equals multiplying `q−8`)
+    pub quad8: [i32; 8],
 }
 
 /// One `block_q8_K` of activations.
@@ -76,6 +79,9 @@ pub fn quantize_q8(x: &[f32]) -> BlockQ8 {
         qs,
         d: f16::from_f32(d).to_f32(),
         s: f16::from_f32(d * sum as f32).to_f32(),
+        quad8: std::array::from_fn(|g| {
+            8 * qs[4 * g..4 * g + 4].iter().map(|&q| q as i32).sum::<i32>()
+        }),
     }
 }
 

@@ -13,7 +13,12 @@
 pub mod act;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_packed;
+pub mod packed;
 pub mod scalar;
+
+pub use packed::{Packed, matmul_packed_with};
 
 use std::sync::OnceLock;
 
@@ -249,16 +254,14 @@ fn rows_per_task(n: usize, m: usize) -> usize {
     by_balance.max(min_rows).min(n.max(1))
 }
 
-/// `y[m, n] = x[m, k] · Wᵀ` with `isa` (use [`Isa::detect`] unless comparing paths).
-pub fn matmul_with(
-    isa: Isa,
-    w: Weights<'_>,
+/// Checks `x` is `[m, k]` and `y` is `[m, n]`.
+pub(crate) fn check_io(
     x: &[f32],
+    y: &[f32],
     m: usize,
-    y: &mut [f32],
+    n: usize,
+    k: usize,
 ) -> Result<(), KernelError> {
-    let rb = w.validate()?;
-    let (n, k) = (w.n, w.k);
     if x.len() != m * k {
         return Err(KernelError::Shape {
             what: "activations",
@@ -275,8 +278,27 @@ pub fn matmul_with(
             unit: "values",
         });
     }
+    Ok(())
+}
+
+/// `y[m, n] = x[m, k] · Wᵀ` with `isa` (use [`Isa::detect`] unless comparing paths).
+pub fn matmul_with(
+    isa: Isa,
+    w: Weights<'_>,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    let rb = w.validate()?;
+    let (n, k) = (w.n, w.k);
+    check_io(x, y, m, n, k)?;
     if m == 0 || n == 0 {
         return Ok(());
+    }
+    if let Some(p) = Packed::new(w)? {
+        // Callers that multiply by the same weight again keep the `Packed` (see `matmul_packed`);
+        // packing here keeps every product of these types on the one arithmetic.
+        return matmul_packed_with(isa, &p, x, m, y);
     }
     let kind = act_kind(w.ty).ok_or(KernelError::Unsupported(w.ty.name()))?;
     let dot = dot_for(w.ty, isa).ok_or(KernelError::Unsupported(w.ty.name()))?;
@@ -354,6 +376,11 @@ fn rows_tiled<'a, X: 'a>(
 /// `y[m, n] = x[m, k] · Wᵀ` with the best instruction set of this CPU.
 pub fn matmul(w: Weights<'_>, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), KernelError> {
     matmul_with(Isa::detect(), w, x, m, y)
+}
+
+/// `y[m, n] = x[m, k] · Wᵀ` on a weight packed once with [`Packed::new`], best instruction set.
+pub fn matmul_packed(p: &Packed, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), KernelError> {
+    matmul_packed_with(Isa::detect(), p, x, m, y)
 }
 
 /// Dequantizes weight rows `rows` into `out` (`rows.len() · k` values), e.g. embedding lookups.

@@ -1,0 +1,148 @@
+//! AVX2 group kernels for [`crate::packed`]: 8 interleaved weight rows against 1–4 activation rows.
+//! Each computes what the row-at-a-time kernels (and their scalar twins) compute: ggml's 8 lanes of
+//! 4-value integer sums per block, each lane its own FMA accumulator, summed in `hsum_float_8` order
+//! at the end. So packing changes the speed, not one bit of any output.
+#![allow(unsafe_op_in_unsafe_fn)]
+// Index loops mirror the lane layout (j: activation row, g: quad), as in `avx2.rs`.
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use crate::act::BlockQ8;
+use crate::packed::{ROWS, chunk_bytes};
+use cinder_gguf::GgmlType;
+
+/// The 4 activation bytes `4t..4t+4` of `xb`, in every 32-bit lane.
+#[inline(always)]
+unsafe fn quad(xb: &BlockQ8, t: usize) -> __m256i {
+    _mm256_set1_epi32(std::ptr::read_unaligned(
+        xb.qs.as_ptr().add(4 * t) as *const i32
+    ))
+}
+
+/// 8 f16 values at `p`, widened (exact).
+#[inline(always)]
+unsafe fn f16x8(p: *const u8) -> __m256 {
+    _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// ggml's `hsum_float_8` order across the 8 quad accumulators, for 8 rows at once.
+#[inline(always)]
+unsafe fn hsum_quads(a: &[__m256; 8]) -> __m256 {
+    let lo = _mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6]));
+    let hi = _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7]));
+    _mm256_add_ps(lo, hi)
+}
+
+/// 4-bit formats: `OFFSET` is Q4_1 (`+m·sx` per block), otherwise Q4_0 (`-8·Σx` per quad).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4<const J: usize, const OFFSET: bool>(
+    gw: &[u8],
+    x: &[&[BlockQ8]],
+    out: &mut [[f32; ROWS]],
+) {
+    let (cb, qoff) = chunk_bytes(if OFFSET {
+        GgmlType::Q4_1
+    } else {
+        GgmlType::Q4_0
+    });
+    let nb = gw.len() / cb;
+    let m4 = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    // acc[j][g]: quad g's lane of ggml's 8-lane accumulator, for 8 rows.
+    let mut acc = [[_mm256_setzero_ps(); 8]; J];
+    let mut summs = [_mm256_setzero_ps(); J];
+    for b in 0..nb {
+        let c = gw.as_ptr().add(b * cb);
+        let d = f16x8(c);
+        let mut w = [_mm256_setzero_si256(); 8];
+        for t in 0..4 {
+            let v = _mm256_loadu_si256(c.add(qoff + 32 * t) as *const __m256i);
+            w[t] = _mm256_and_si256(v, m4);
+            w[t + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        }
+        for j in 0..J {
+            let xb = x.get_unchecked(j).get_unchecked(b);
+            let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+            if OFFSET {
+                let m = f16x8(c.add(16));
+                summs[j] = _mm256_add_ps(summs[j], _mm256_mul_ps(m, _mm256_set1_ps(xb.s)));
+            }
+            for g in 0..8 {
+                let mut l = _mm256_madd_epi16(_mm256_maddubs_epi16(w[g], quad(xb, g)), ones);
+                if !OFFSET {
+                    l = _mm256_sub_epi32(l, _mm256_set1_epi32(xb.quad8[g]));
+                }
+                acc[j][g] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(l), acc[j][g]);
+            }
+        }
+    }
+    for j in 0..J {
+        let s = hsum_quads(&acc[j]);
+        let s = if OFFSET {
+            _mm256_add_ps(s, summs[j])
+        } else {
+            s
+        };
+        _mm256_storeu_ps(out[j].as_mut_ptr(), s);
+    }
+}
+
+/// Q8_0: |w| times the activation carrying w's sign (`maddubs` wants one unsigned operand).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8<const J: usize>(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
+    let (cb, qoff) = chunk_bytes(GgmlType::Q8_0);
+    let nb = gw.len() / cb;
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); 8]; J];
+    for b in 0..nb {
+        let c = gw.as_ptr().add(b * cb);
+        let d = f16x8(c);
+        let q = c.add(qoff) as *const __m256i;
+        for j in 0..J {
+            let xb = x.get_unchecked(j).get_unchecked(b);
+            let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
+            for g in 0..8 {
+                let w = _mm256_loadu_si256(q.add(g));
+                let p =
+                    _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(quad(xb, g), w));
+                let l = _mm256_madd_epi16(p, ones);
+                acc[j][g] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(l), acc[j][g]);
+            }
+        }
+    }
+    for j in 0..J {
+        _mm256_storeu_ps(out[j].as_mut_ptr(), hsum_quads(&acc[j]));
+    }
+}
+
+// SAFETY (the wrappers): `packed::group_fn` hands these out only after `Isa::is_available` confirmed
+// AVX2, FMA and F16C; `gw` is whole chunks of one group and every activation row has one block per
+// chunk (both fixed by `matmul_packed_with`), `x.len() == out.len()` in 1..=4.
+macro_rules! dispatch {
+    ($name:ident, $ty:expr, $f:ident $(, $flag:expr)?) => {
+        pub(crate) fn $name(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
+            let cb = chunk_bytes($ty).0;
+            assert!(
+                x.len() == out.len() && x.iter().all(|r| r.len() * cb == gw.len()),
+                "packed group kernel: {} activation rows for {} outputs over {} bytes",
+                x.len(),
+                out.len(),
+                gw.len()
+            );
+            unsafe {
+                match x.len() {
+                    1 => $f::<1 $(, $flag)?>(gw, x, out),
+                    2 => $f::<2 $(, $flag)?>(gw, x, out),
+                    3 => $f::<3 $(, $flag)?>(gw, x, out),
+                    4 => $f::<4 $(, $flag)?>(gw, x, out),
+                    _ => unreachable!("group kernels take 1 to 4 activation rows"),
+                }
+            }
+        }
+    };
+}
+
+dispatch!(q4_0, GgmlType::Q4_0, q4, false);
+dispatch!(q4_1, GgmlType::Q4_1, q4, true);
+dispatch!(q8_0, GgmlType::Q8_0, q8);

@@ -1,0 +1,269 @@
+//! Row-interleaved ("packed") weights for the 32-wide formats Q4_0, Q4_1 and Q8_0, and their products.
+//!
+//! GGUF stores a weight row after row. The row-at-a-time kernels unpack each weight block, multiply
+//! it with the activation block, and scale and accumulate per row: about ten instructions per
+//! (block, weight row, activation row), whatever the batch. Here 8 weight rows are interleaved per
+//! block, four values of each row at a time, so one 256-bit register holds 4 values of 8 rows and a
+//! broadcast activation quad multiplies all 8 rows at once; the scale multiply is shared by the 8
+//! rows, the unpacking by every activation row of the call.
+//!
+//! Layout of one group of 8 rows (rows `8g..8g+8`; rows past `n` are zero) and one block `b`, groups
+//! outermost, then blocks:
+//!
+//! | bytes | Q4_0 | Q4_1 | Q8_0 |
+//! |---|---|---|---|
+//! | f16 scales `d[8]` | 0..16 | 0..16 | 0..16 |
+//! | f16 offsets `m[8]` | – | 16..32 | – |
+//! | quants | 128 | 128 | 256 |
+//!
+//! Quant chunk `t` (32 bytes) holds, for row `r` at bytes `4r..4r+4`, the block's bytes `4t..4t+4` of
+//! that row. For the 4-bit formats a byte's low nibble is value `4t+i` and its high nibble value
+//! `16+4t+i` (GGUF's own nibble order); for Q8_0 chunk `t` holds values `4t..4t+4`.
+//!
+//! The arithmetic is ggml's `vec_dot` for these types, unchanged: per block, 8 exact integer sums of
+//! 4 products (quad `g` = ggml's lane `g`), each FMA-accumulated with the block's scale into its own
+//! lane, the lanes summed in `hsum_float_8` order at the end (plus `Σ m·sx` for Q4_1). The scalar
+//! and AVX2 paths both compute exactly that, so they agree bit for bit with each other and with the
+//! row-at-a-time kernels, and an output does not depend on how many activation rows share the
+//! call: a sequence decodes the same alone or in any batch.
+
+use cinder_gguf::GgmlType;
+use rayon::prelude::*;
+
+use crate::act::{self, BlockQ8, QK};
+use crate::{Isa, KernelError, Weights};
+
+/// Weight rows interleaved per group.
+pub const ROWS: usize = 8;
+/// Activation rows one call of a group kernel handles (its accumulators stay in registers).
+pub const TILE: usize = 4;
+
+/// The formats with a packed layout.
+pub fn packable(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+}
+
+/// Bytes of one packed (group, block) chunk, and where its quants start.
+pub(crate) fn chunk_bytes(ty: GgmlType) -> (usize, usize) {
+    match ty {
+        GgmlType::Q4_1 => (32 + 128, 32),
+        GgmlType::Q8_0 => (16 + 256, 16),
+        _ => (16 + 128, 16),
+    }
+}
+
+/// A weight matrix in the packed layout (see the module docs), built once per weight.
+#[derive(Debug, Clone)]
+pub struct Packed {
+    ty: GgmlType,
+    n: usize,
+    k: usize,
+    data: Vec<u8>,
+}
+
+impl Packed {
+    /// Interleaves `w`; `Ok(None)` for a type without a packed layout.
+    pub fn new(w: Weights<'_>) -> Result<Option<Packed>, KernelError> {
+        let rb = w.validate()?;
+        if !packable(w.ty) {
+            return Ok(None);
+        }
+        let (src_block, header_vals) = match w.ty {
+            GgmlType::Q4_1 => (20, 2),
+            GgmlType::Q8_0 => (34, 1),
+            _ => (18, 1),
+        };
+        let (cb, qoff) = chunk_bytes(w.ty);
+        let nb = w.k / QK;
+        let groups = w.n.div_ceil(ROWS);
+        let mut data = vec![0u8; groups * nb * cb];
+        data.par_chunks_mut(nb * cb)
+            .enumerate()
+            .for_each(|(g, dst)| {
+                for r in 0..ROWS.min(w.n - g * ROWS) {
+                    let row = &w.data[(g * ROWS + r) * rb..][..rb];
+                    for (c, src) in dst.chunks_exact_mut(cb).zip(row.chunks_exact(src_block)) {
+                        c[2 * r..2 * r + 2].copy_from_slice(&src[..2]);
+                        if header_vals == 2 {
+                            c[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&src[2..4]);
+                        }
+                        let qs = &src[2 * header_vals..];
+                        for (t, quad) in qs.chunks_exact(4).enumerate() {
+                            let at = qoff + 32 * t + 4 * r;
+                            c[at..at + 4].copy_from_slice(quad);
+                        }
+                    }
+                }
+            });
+        Ok(Some(Packed {
+            ty: w.ty,
+            n: w.n,
+            k: w.k,
+            data,
+        }))
+    }
+
+    /// Storage type.
+    pub fn ty(&self) -> GgmlType {
+        self.ty
+    }
+
+    /// Output rows.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Inputs per row.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Bytes held (the packed copy is as large as the GGUF tensor, plus padding to 8 rows).
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// Group kernel: one group's chunks (`nb` blocks) against up to [`TILE`] activation rows, the 8
+/// outputs per activation row written to `out`.
+type GroupFn = fn(&[u8], &[&[BlockQ8]], &mut [[f32; ROWS]]);
+
+fn group_fn(ty: GgmlType, isa: Isa) -> GroupFn {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.is_available() {
+        return match ty {
+            GgmlType::Q4_1 => crate::avx2_packed::q4_1,
+            GgmlType::Q8_0 => crate::avx2_packed::q8_0,
+            _ => crate::avx2_packed::q4_0,
+        };
+    }
+    let _ = isa;
+    match ty {
+        GgmlType::Q4_1 => scalar_q4_1,
+        GgmlType::Q8_0 => scalar_q8_0,
+        _ => scalar_q4_0,
+    }
+}
+
+/// `y[m, n] = x[m, k] · Wᵀ` on packed weights, with `isa`.
+pub fn matmul_packed_with(
+    isa: Isa,
+    p: &Packed,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+) -> Result<(), KernelError> {
+    let (n, k) = (p.n, p.k);
+    crate::check_io(x, y, m, n, k)?;
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let acts = match act::quantize(act::ActKind::Q8, x, k) {
+        act::Activations::Q8(a) => a,
+        // `quantize` returns the kind asked for.
+        _ => return Err(KernelError::Unsupported(p.ty.name())),
+    };
+    let nb = k / QK;
+    let (cb, _) = chunk_bytes(p.ty);
+    let gbytes = nb * cb;
+    let groups = n.div_ceil(ROWS);
+    let kernel = group_fn(p.ty, isa);
+    // Q8_0 keeps 8 accumulators per activation row and re-derives |w|; a second row spills
+    // (measured single-threaded: 0.98 ns per block and row at 1 row, 1.21 at 2).
+    let tile = if p.ty == GgmlType::Q8_0 { 1 } else { TILE };
+    let rows: Vec<&[BlockQ8]> = acts.chunks_exact(nb).collect();
+    // Outputs per group, [groups][m][8]: each task owns whole groups; scattered into y afterwards.
+    let mut yt = vec![0.0f32; groups * m * ROWS];
+    let per_task = groups_per_task(groups, m, nb);
+    yt.par_chunks_mut(per_task * m * ROWS)
+        .enumerate()
+        .for_each(|(c, ts)| {
+            for (o, t) in ts.chunks_exact_mut(m * ROWS).enumerate() {
+                let g = c * per_task + o;
+                let gw = &p.data[g * gbytes..(g + 1) * gbytes];
+                let mut j = 0;
+                while j < m {
+                    let take = tile.min(m - j);
+                    let mut out = [[0.0f32; ROWS]; TILE];
+                    kernel(gw, &rows[j..j + take], &mut out[..take]);
+                    for (jj, o8) in out[..take].iter().enumerate() {
+                        t[(j + jj) * ROWS..(j + jj + 1) * ROWS].copy_from_slice(o8);
+                    }
+                    j += take;
+                }
+            }
+        });
+    for (g, gt) in yt.chunks_exact(m * ROWS).enumerate() {
+        let cols = ROWS.min(n - g * ROWS);
+        for (i, o8) in gt.chunks_exact(ROWS).enumerate() {
+            y[i * n + g * ROWS..i * n + g * ROWS + cols].copy_from_slice(&o8[..cols]);
+        }
+    }
+    Ok(())
+}
+
+/// Groups per parallel task: enough tasks to balance the pool, each at least ~1 K block products
+/// (as the row-at-a-time split: a decode's 576-row products still use every thread).
+fn groups_per_task(groups: usize, m: usize, nb: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    let by_balance = groups.div_ceil(threads * 4);
+    let min_groups = 1024usize.div_ceil(ROWS * m.max(1) * nb.max(1)).max(1);
+    by_balance.max(min_groups).min(groups.max(1))
+}
+
+fn f16_at(c: &[u8], at: usize) -> f32 {
+    half::f16::from_le_bytes([c[at], c[at + 1]]).to_f32()
+}
+
+/// The portable twin of the group kernels: row `r`'s blocks read back from the packed chunk into
+/// element order and multiplied exactly as [`crate::scalar`] multiplies a GGUF row.
+fn scalar_group(ty: GgmlType, gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
+    let (cb, qoff) = chunk_bytes(ty);
+    for (xr, o) in x.iter().zip(out.iter_mut()) {
+        for (r, v) in o.iter_mut().enumerate() {
+            let mut acc = [0.0f32; 8];
+            let mut summs = 0.0f32;
+            for (c, xb) in gw.chunks_exact(cb).zip(xr.iter()) {
+                // q[value] in element order
+                let mut q = [0i32; QK];
+                if ty == GgmlType::Q8_0 {
+                    for t in 0..8 {
+                        for i in 0..4 {
+                            q[4 * t + i] = c[qoff + 32 * t + 4 * r + i] as i8 as i32;
+                        }
+                    }
+                } else {
+                    let off = if ty == GgmlType::Q4_0 { 8 } else { 0 };
+                    for t in 0..4 {
+                        for i in 0..4 {
+                            let byte = c[qoff + 32 * t + 4 * r + i];
+                            q[4 * t + i] = (byte & 15) as i32 - off;
+                            q[16 + 4 * t + i] = (byte >> 4) as i32 - off;
+                        }
+                    }
+                }
+                if ty == GgmlType::Q4_1 {
+                    summs += f16_at(c, 16 + 2 * r) * xb.s;
+                }
+                let scale = f16_at(c, 2 * r) * xb.d;
+                for (g, a) in acc.iter_mut().enumerate() {
+                    let lane: i32 = (4 * g..4 * g + 4).map(|i| q[i] * xb.qs[i] as i32).sum();
+                    *a = scale.mul_add(lane as f32, *a);
+                }
+            }
+            *v = crate::scalar::hsum8(acc) + summs;
+        }
+    }
+}
+
+fn scalar_q4_0(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
+    scalar_group(GgmlType::Q4_0, gw, x, out)
+}
+
+fn scalar_q4_1(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
+    scalar_group(GgmlType::Q4_1, gw, x, out)
+}
+
+fn scalar_q8_0(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
+    scalar_group(GgmlType::Q8_0, gw, x, out)
+}
