@@ -25,6 +25,7 @@ use rayon::prelude::*;
 use crate::BackendError;
 use crate::act::round_to_f16;
 use crate::encoder::host_values;
+use cinder_kernels::attn::{KvRun, ScoreParams, attend_f16};
 
 /// Per-layer attention settings a model passes with each call.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -344,25 +345,6 @@ pub(crate) fn host_kv_copy_block<D>(kv: &mut HostKv<D>, src: u32, dst: u32) {
     kv.v.copy_within(s..s + len, d);
 }
 
-/// `q·k` over one head, in 8 independent lanes summed in a fixed order: vectorizes, and the result
-/// does not depend on anything but the two rows.
-#[inline]
-pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    let mut tail = 0.0f32;
-    for (x, y) in ra.iter().zip(rb) {
-        tail += x * y;
-    }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
-}
-
 /// Rounds to f16 and back (what ggml's f16 matmuls do to their f32 operand).
 #[inline]
 fn r16(x: f32) -> f32 {
@@ -445,6 +427,8 @@ pub(crate) fn host_paged_attention<B: Backend>(
 }
 
 /// One sequence's queries of the `group` query heads sharing KV head `g`: `[group, q_len, hd]`.
+/// The math is [`cinder_kernels::attn::attend_f16`]; this walks the block table into runs of
+/// contiguous rows (a head's slots inside a block are adjacent) and rounds the queries to f16.
 #[allow(clippy::too_many_arguments)]
 fn attend_group<D>(
     kv: &HostKv<D>,
@@ -457,59 +441,45 @@ fn attend_group<D>(
     params: &AttentionParams,
 ) -> Vec<f32> {
     let hd = kv.shape.head_dim;
-    let ctx = s.past + s.q_len;
-    let first = params.first_visible(s.past);
-    // K/V of positions first..ctx, widened once: [ctx - first, hd] each.
-    let n = ctx - first;
-    let mut kf = vec![0.0f32; n * hd];
-    let mut vf = vec![0.0f32; n * hd];
-    for j in first..ctx {
-        let o = kv.offset(
-            s.blocks[j / batch.block_size] as usize,
-            g,
-            j % batch.block_size,
-        );
-        let r = (j - first) * hd;
-        kv.k[o..o + hd].convert_to_f32_slice(&mut kf[r..r + hd]);
-        kv.v[o..o + hd].convert_to_f32_slice(&mut vf[r..r + hd]);
-    }
+    let bs = batch.block_size;
+    let isa = cinder_kernels::Isa::detect();
+    let sp = ScoreParams {
+        scale: params.scale,
+        softcap: params.softcap,
+    };
     let mut out = vec![0.0f32; group * s.q_len * hd];
-    let mut qr = vec![0.0f32; hd];
-    let mut scores = Vec::with_capacity(n);
-    for gi in 0..group {
-        let head = g * group + gi;
-        for i in 0..s.q_len {
-            let row = s.q_start + i;
-            let pos = s.past + i;
+    let mut qr = vec![0.0f32; group * hd];
+    let mut o = vec![0.0f32; group * hd];
+    let mut scores = Vec::new();
+    let mut runs: Vec<KvRun<'_>> = Vec::new();
+    for i in 0..s.q_len {
+        let row = s.q_start + i;
+        let pos = s.past + i;
+        // Visible positions lo..hi as runs of slots inside blocks.
+        let (lo, hi) = (params.first_visible(pos), pos + 1);
+        runs.clear();
+        let mut j = lo;
+        while j < hi {
+            let end = ((j / bs + 1) * bs).min(hi);
+            let at = kv.offset(s.blocks[j / bs] as usize, g, j % bs);
+            let len = (end - j) * hd;
+            runs.push(KvRun {
+                k: &kv.k[at..at + len],
+                v: &kv.v[at..at + len],
+            });
+            j = end;
+        }
+        for (gi, q) in qr.chunks_exact_mut(hd).enumerate() {
+            let head = g * group + gi;
             let src = &qs[(head * t + row) * hd..(head * t + row + 1) * hd];
-            for (d, &x) in qr.iter_mut().zip(src) {
+            for (d, &x) in q.iter_mut().zip(src) {
                 *d = r16(x);
             }
-            let lo = params.first_visible(pos) - first;
-            let hi = pos + 1 - first;
-            scores.clear();
-            let mut max = f32::NEG_INFINITY;
-            for kr in kf[lo * hd..hi * hd].chunks_exact(hd) {
-                let mut x = dot(&qr, kr) * params.scale;
-                if let Some(cap) = params.softcap {
-                    x = (x / cap).tanh() * cap;
-                }
-                max = max.max(x);
-                scores.push(x);
-            }
-            let mut sum = 0.0f64;
-            for x in scores.iter_mut() {
-                *x = (*x - max).exp();
-                sum += *x as f64;
-            }
-            let inv = (1.0 / sum) as f32;
-            let o_row = &mut out[(gi * s.q_len + i) * hd..(gi * s.q_len + i + 1) * hd];
-            for (vr, &p) in vf[lo * hd..hi * hd].chunks_exact(hd).zip(scores.iter()) {
-                let p = r16(p * inv);
-                for (acc, &vv) in o_row.iter_mut().zip(vr) {
-                    *acc += p * vv;
-                }
-            }
+        }
+        attend_f16(isa, &qr, hd, &runs, sp, &mut scores, &mut o);
+        for (gi, orow) in o.chunks_exact(hd).enumerate() {
+            let dst = (gi * s.q_len + i) * hd;
+            out[dst..dst + hd].copy_from_slice(orow);
         }
     }
     out

@@ -12,7 +12,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 
-use crate::attention::dot;
+use cinder_kernels::attn::dot;
 
 /// Layer norm over the last axis: `(x - mean) / sqrt(var + eps) * w + b`; `w`, `b` `[d]`.
 pub fn generic_layer_norm<B: Backend, const D: usize>(

@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod act;
+pub mod attn;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
 #[cfg(target_arch = "x86_64")]

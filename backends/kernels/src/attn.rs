@@ -1,0 +1,229 @@
+//! The inner loops of CPU attention over an f16 KV cache: scores `q·k`, softmax, and the
+//! probability-weighted sum of V, for a few query heads that share one KV head and one visible
+//! range of positions (grouped-query attention: the heads of a group read the same K/V rows, so each
+//! row is widened from f16 once and used by all of them).
+//!
+//! Arithmetic as llama.cpp's CPU graph does it without flash attention, and as the scalar
+//! reference here spells out: the query is f16-representable (the caller rounds it), `q·k` sums in
+//! 8 lanes (lane `l` takes elements `l, l+8, …`) reduced as `((a0+a4)+(a1+a5))+((a2+a6)+(a3+a7))`,
+//! the exponential sum in f64, the probabilities rounded to f16 before the product with V, and V
+//! accumulated row by row in position order. Products of two f16 values are exact in f32, so a
+//! fused multiply-add gives the same result as a multiply then an add: the AVX2 path equals the
+//! scalar one bit for bit (tested).
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+use crate::Isa;
+
+/// K and V rows `[rows, head_dim]` of one KV head for consecutive positions (one cache block's
+/// share of the visible range; runs are given in position order).
+#[derive(Clone, Copy, Debug)]
+pub struct KvRun<'a> {
+    /// keys, `rows · head_dim` values
+    pub k: &'a [f16],
+    /// values, `rows · head_dim` values
+    pub v: &'a [f16],
+}
+
+/// Scale and optional logit soft-capping (`tanh(x / cap) · cap`, Gemma 2) applied to `q·k`.
+#[derive(Clone, Copy, Debug)]
+pub struct ScoreParams {
+    /// usually `1/√head_dim`
+    pub scale: f32,
+    /// soft-cap of the scaled scores
+    pub softcap: Option<f32>,
+}
+
+/// Most query heads one pass of the SIMD loops serves (accumulators held in registers).
+const NQ: usize = 4;
+
+/// Attention of `q` `[nq, hd]` (f16-representable values) over the rows of `runs`; `out`
+/// `[nq, hd]` is overwritten. `scores` is scratch, reused across calls to avoid an allocation.
+pub fn attend_f16(
+    isa: Isa,
+    q: &[f32],
+    hd: usize,
+    runs: &[KvRun<'_>],
+    params: ScoreParams,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+) {
+    let nq = q.len() / hd.max(1);
+    let n: usize = runs.iter().map(|r| r.k.len() / hd.max(1)).sum();
+    out.fill(0.0);
+    if hd == 0 || nq == 0 || n == 0 {
+        return;
+    }
+    scores.clear();
+    scores.resize(nq * n, 0.0);
+    // 1. scores[qi][j] = q_qi · k_j
+    for (qc, sc) in q.chunks(NQ * hd).zip(scores.chunks_mut(NQ * n)) {
+        qk(isa, qc, hd, runs, n, sc);
+    }
+    // 2. softmax per query, probabilities rounded to f16
+    for row in scores.chunks_exact_mut(n) {
+        let mut max = f32::NEG_INFINITY;
+        for x in row.iter_mut() {
+            *x *= params.scale;
+            if let Some(cap) = params.softcap {
+                *x = (*x / cap).tanh() * cap;
+            }
+            max = max.max(*x);
+        }
+        let mut sum = 0.0f64;
+        for x in row.iter_mut() {
+            *x = (*x - max).exp();
+            sum += *x as f64;
+        }
+        let inv = (1.0 / sum) as f32;
+        for x in row.iter_mut() {
+            *x = f16::from_f32(*x * inv).to_f32();
+        }
+    }
+    // 3. out[qi] = Σ_j p[qi][j] · v_j
+    for (pc, oc) in scores.chunks(NQ * n).zip(out.chunks_mut(NQ * hd)) {
+        pv(isa, pc, n, runs, hd, oc);
+    }
+}
+
+/// Scores of up to [`NQ`] queries `q` `[nq, hd]` against every row: `s` `[nq, n]`.
+fn qk(isa: Isa, q: &[f32], hd: usize, runs: &[KvRun<'_>], n: usize, s: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && hd % 8 == 0 && isa.is_available() {
+        // SAFETY: AVX2, FMA and F16C confirmed above; `hd` is a multiple of 8 and every slice is
+        // whole rows of `hd` (the loops index inside them).
+        unsafe { avx2::qk(q, hd, runs, n, s) };
+        return;
+    }
+    let _ = isa;
+    let mut kf = vec![0.0f32; hd];
+    let mut j = 0;
+    for run in runs {
+        for kr in run.k.chunks_exact(hd) {
+            kr.convert_to_f32_slice(&mut kf);
+            for (qi, qr) in q.chunks_exact(hd).enumerate() {
+                s[qi * n + j] = dot(qr, &kf);
+            }
+            j += 1;
+        }
+    }
+}
+
+/// `o[qi] = Σ_j p[qi][j] · v_j` for up to [`NQ`] queries (`p` `[nq, n]`, `o` `[nq, hd]`, zeroed).
+fn pv(isa: Isa, p: &[f32], n: usize, runs: &[KvRun<'_>], hd: usize, o: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && hd % 8 == 0 && isa.is_available() {
+        // SAFETY: as in `qk`.
+        unsafe { avx2::pv(p, n, runs, hd, o) };
+        return;
+    }
+    let _ = isa;
+    let mut vf = vec![0.0f32; hd];
+    let mut j = 0;
+    for run in runs {
+        for vr in run.v.chunks_exact(hd) {
+            vr.convert_to_f32_slice(&mut vf);
+            for (qi, orow) in o.chunks_exact_mut(hd).enumerate() {
+                let w = p[qi * n + j];
+                for (acc, &x) in orow.iter_mut().zip(&vf) {
+                    *acc += w * x;
+                }
+            }
+            j += 1;
+        }
+    }
+}
+
+/// `a·b` in 8 lanes summed in a fixed order (the order the SIMD path reproduces).
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut tail = 0.0f32;
+    for (x, y) in ra.iter().zip(rb) {
+        tail += x * y;
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{KvRun, NQ};
+    use std::arch::x86_64::*;
+
+    /// `((a0+a4)+(a1+a5))+((a2+a6)+(a3+a7))`, then `+ 0.0` as the scalar dot adds its empty tail.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn hsum(a: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        let h = _mm_hadd_ps(s, s); // [s0+s1, s2+s3, ..]
+        let h = _mm_hadd_ps(h, h); // [(s0+s1)+(s2+s3), ..]
+        _mm_cvtss_f32(h) + 0.0
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load_h(p: *const half::f16) -> __m256 {
+        // SAFETY: the caller points at 8 readable f16 values.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+
+    /// See [`super::qk`]. Each K row is widened once per 8 values and multiplies every query.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn qk(q: &[f32], hd: usize, runs: &[KvRun<'_>], n: usize, s: &mut [f32]) {
+        let nq = q.len() / hd;
+        debug_assert!(nq <= NQ && s.len() >= nq * n);
+        let mut j = 0;
+        for run in runs {
+            for kr in run.k.chunks_exact(hd) {
+                let mut acc = [_mm256_setzero_ps(); NQ];
+                for c in (0..hd).step_by(8) {
+                    // SAFETY: c + 8 <= hd = kr.len(), and each query row holds hd values.
+                    unsafe {
+                        let kv = load_h(kr.as_ptr().add(c));
+                        for (qi, a) in acc.iter_mut().enumerate().take(nq) {
+                            let qv = _mm256_loadu_ps(q.as_ptr().add(qi * hd + c));
+                            *a = _mm256_fmadd_ps(qv, kv, *a);
+                        }
+                    }
+                }
+                for (qi, a) in acc.iter().enumerate().take(nq) {
+                    s[qi * n + j] = hsum(*a);
+                }
+                j += 1;
+            }
+        }
+    }
+
+    /// See [`super::pv`]. Per 8 output columns, each V row is widened once and feeds every query.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn pv(p: &[f32], n: usize, runs: &[KvRun<'_>], hd: usize, o: &mut [f32]) {
+        let nq = o.len() / hd;
+        debug_assert!(nq <= NQ && p.len() >= nq * n);
+        for c in (0..hd).step_by(8) {
+            let mut acc = [_mm256_setzero_ps(); NQ];
+            let mut j = 0;
+            for run in runs {
+                for vr in run.v.chunks_exact(hd) {
+                    // SAFETY: c + 8 <= hd = vr.len(); j < n indexes p's rows.
+                    let vv = unsafe { load_h(vr.as_ptr().add(c)) };
+                    for (qi, a) in acc.iter_mut().enumerate().take(nq) {
+                        let w = _mm256_set1_ps(p[qi * n + j]);
+                        *a = _mm256_fmadd_ps(w, vv, *a);
+                    }
+                    j += 1;
+                }
+            }
+            for (qi, a) in acc.iter().enumerate().take(nq) {
+                // SAFETY: c + 8 <= hd, inside row qi of o.
+                unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(qi * hd + c), *a) };
+            }
+        }
+    }
+}
