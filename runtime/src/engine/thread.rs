@@ -276,12 +276,11 @@ fn run_loop<B: InferenceBackend, M: CausalLm<B> + Sync + ?Sized>(
         // server stays up for the next request.
         let ran = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let plan = core.plan_step();
-            if starts_on_a_worker(&plan) {
-                cinder_backends::on_thread_pool(|| core.run_plan(&plan))
-                    .unwrap_or(Err(RuntimeError::EngineStopped))
-            } else {
-                core.run_plan(&plan)
-            }
+            // From a pool worker: each parallel section of the forward starts on this worker and
+            // only wakes the others, instead of handing every section over from the engine thread
+            // (a futex sleep and wake each). Measured faster at every batch shape (docs/perf.md).
+            cinder_backends::on_thread_pool(|| core.run_plan(&plan))
+                .unwrap_or(Err(RuntimeError::EngineStopped))
         })) {
             Ok(Ok(n)) => n,
             Ok(Err(e)) => {
@@ -302,15 +301,4 @@ fn run_loop<B: InferenceBackend, M: CausalLm<B> + Sync + ?Sized>(
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-}
-
-/// Whether to run a step's forward from a pool worker ([`cinder_backends::on_thread_pool`]: one
-/// thread handoff per step instead of one per parallel section) rather than from the engine
-/// thread. Measured on SmolLM2 / flex / 2 threads (docs/perf.md, 2026-12-03): from a worker,
-/// single-sequence decode is 20–30% faster and prefill 10–20% faster, but decode steps of 4–8 rows
-/// (several sequences, or one with speculative drafts) are 10–40% slower, for a reason not found
-/// yet. So: every step except decode-only forwards of 3 rows or more.
-fn starts_on_a_worker(plan: &crate::scheduler::StepPlan) -> bool {
-    let decode_only = plan.seqs.iter().all(|s| s.tokens.len() == 1 + s.drafts);
-    !(decode_only && plan.tokens() >= 3)
 }

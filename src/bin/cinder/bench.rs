@@ -91,14 +91,14 @@ impl BackendTask for Task {
         for rep in 0..=reps {
             for (li, &n) in lens.iter().enumerate() {
                 // Prefill and the first token: n prompt tokens over the time to first token.
-                let t = run_batch(&h, vec![prompt[..n].to_vec()], 1)?[0];
+                let t = run_batch(&h, vec![prompt[..n].to_vec()], 1)?.remove(0);
                 if rep > 0 {
                     pp[li].push(n as f64 / t.ttft.as_secs_f64());
                 }
             }
             if a.gen_tokens > 0 {
                 // gen_tokens decode steps after the first token.
-                let t = run_batch(&h, vec![prompt[..1].to_vec()], a.gen_tokens + 1)?[0];
+                let t = run_batch(&h, vec![prompt[..1].to_vec()], a.gen_tokens + 1)?.remove(0);
                 if rep > 0 {
                     tg.push(a.gen_tokens as f64 / t.decode.as_secs_f64());
                 }

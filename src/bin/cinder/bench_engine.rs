@@ -9,7 +9,7 @@ use cinder::runtime::engine::{Engine, EngineConfig, EngineHandle, Event, Request
 use cinder::runtime::scheduler::SchedulerConfig;
 
 /// What one request saw.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Timing {
     /// submit → first token
     pub ttft: Duration,
@@ -17,6 +17,8 @@ pub struct Timing {
     pub decode: Duration,
     /// tokens generated
     pub tokens: usize,
+    /// when each token arrived, from submit
+    pub arrivals: Vec<Duration>,
 }
 
 /// Starts an engine for the bench from the user's settings, with room for `max_seqs` sequences.
@@ -65,6 +67,7 @@ pub fn run_batch(h: &EngineHandle, prompts: Vec<Vec<u32>>, n_gen: usize) -> Resu
         .map(|mut s| {
             std::thread::spawn(move || {
                 let (mut first, mut last, mut n) = (None, t0, 0usize);
+                let mut arrivals = Vec::with_capacity(n_gen);
                 while let Some(ev) = s.blocking_next() {
                     match ev {
                         Event::Token { .. } => {
@@ -72,6 +75,7 @@ pub fn run_batch(h: &EngineHandle, prompts: Vec<Vec<u32>>, n_gen: usize) -> Resu
                             first.get_or_insert(now);
                             last = now;
                             n += 1;
+                            arrivals.push(now - t0);
                         }
                         Event::Finished { reason, .. } => {
                             if reason != FinishReason::Length {
@@ -86,6 +90,7 @@ pub fn run_batch(h: &EngineHandle, prompts: Vec<Vec<u32>>, n_gen: usize) -> Resu
                     ttft: first - t0,
                     decode: last - first,
                     tokens: n,
+                    arrivals,
                 })
             })
         })
@@ -115,7 +120,8 @@ pub fn prompts(n: usize, len: usize, vocab: u32, salt: u64) -> Vec<Vec<u32>> {
 pub struct Level {
     /// concurrent requests
     pub concurrency: usize,
-    /// generated tokens (after each first) over the span of all decodes, t/s (median over reps)
+    /// decode tokens/s of all requests together while all of them decode ([`steady_decode_tps`];
+    /// median over reps)
     pub aggregate_tg_tps: f64,
     /// median over requests of each request's own decode rate, t/s
     pub per_seq_tg_tps: f64,
@@ -123,6 +129,36 @@ pub struct Level {
     pub ttft_ms_p50: f64,
     /// time to first token, 99th percentile over requests, ms
     pub ttft_ms_p99: f64,
+}
+
+/// Aggregate decode rate while every request of the batch is decoding: tokens that arrived in the
+/// window from the last first token to the first last token, over the window's length. Without the
+/// window, a request that got its first token before the others were prefilled would count their
+/// prefill as decode time (the engine admits a request as soon as it is submitted). With fewer than
+/// two arrivals in the window (very short runs), all tokens after each first over the whole span.
+pub fn steady_decode_tps(t: &[Timing]) -> f64 {
+    let from = t.iter().map(|x| x.ttft).max().unwrap_or_default();
+    let to = t
+        .iter()
+        .map(|x| x.arrivals.last().copied().unwrap_or_default())
+        .min()
+        .unwrap_or_default();
+    // Arrivals strictly after `from` up to `to`: the intervals that lie inside the window.
+    let n: usize = t
+        .iter()
+        .map(|x| x.arrivals.iter().filter(|&&a| a > from && a <= to).count())
+        .sum();
+    if to > from && n >= 2 * t.len() {
+        return n as f64 / (to - from).as_secs_f64();
+    }
+    let start = t.iter().map(|x| x.ttft).min().unwrap_or_default();
+    let end = t
+        .iter()
+        .map(|x| x.ttft + x.decode)
+        .max()
+        .unwrap_or_default();
+    let toks: usize = t.iter().map(|x| x.tokens.saturating_sub(1)).sum();
+    toks as f64 / (end - start).as_secs_f64().max(1e-9)
 }
 
 /// Percentile `p` (0–100) of `v`, nearest rank.
@@ -160,14 +196,7 @@ pub fn concurrency_level<B: InferenceBackend>(
         if rep == 0 {
             continue; // warm-up
         }
-        let start = t.iter().map(|x| x.ttft).min().unwrap_or_default();
-        let end = t
-            .iter()
-            .map(|x| x.ttft + x.decode)
-            .max()
-            .unwrap_or_default();
-        let toks: usize = t.iter().map(|x| x.tokens - 1).sum();
-        agg.push(toks as f64 / (end - start).as_secs_f64().max(1e-9));
+        agg.push(steady_decode_tps(&t));
         per.push(percentile(
             t.iter()
                 .map(|x| (x.tokens - 1) as f64 / x.decode.as_secs_f64().max(1e-9))
@@ -202,8 +231,8 @@ pub fn prefix_ttft<B: InferenceBackend>(
         let suffix = |k: u64| prompts(1, 16, vocab, 90_000 + k + 10 * rep as u64).remove(0);
         let a: Vec<u32> = base.iter().copied().chain(suffix(1)).collect();
         let b: Vec<u32> = base.iter().copied().chain(suffix(2)).collect();
-        let c = run_batch(&h, vec![a], 2)?[0].ttft;
-        let w = run_batch(&h, vec![b], 2)?[0].ttft;
+        let c = run_batch(&h, vec![a], 2)?.remove(0).ttft;
+        let w = run_batch(&h, vec![b], 2)?.remove(0).ttft;
         if rep > 0 {
             cold.push(c.as_secs_f64() * 1e3);
             warm.push(w.as_secs_f64() * 1e3);
