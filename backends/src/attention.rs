@@ -399,15 +399,15 @@ pub(crate) fn host_paged_attention<B: Backend>(
     let run = |&(si, g): &(usize, usize)| {
         attend_group(kv, batch, &batch.seqs[si], g, group, &qs, t, params)
     };
-    // Query-key pairs × heads: below ~64k multiply-adds per head dim a parallel section costs more
-    // (thread wake-ups) than it saves.
+    // Query-key pairs × heads: below ~2k per head dim a parallel section costs more than it saves
+    // (the engine runs a step from a pool worker, so a section only wakes the other workers).
     let work: usize = batch
         .seqs
         .iter()
         .map(|s| s.q_len * (s.past + s.q_len))
         .sum::<usize>()
         * h;
-    let results: Vec<Vec<f32>> = if work < 1 << 16 {
+    let results: Vec<Vec<f32>> = if work < 1 << 11 {
         tasks.iter().map(run).collect()
     } else {
         tasks.par_iter().map(run).collect()

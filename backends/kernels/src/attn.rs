@@ -76,13 +76,26 @@ pub fn attend_f16(
             sum += *x as f64;
         }
         let inv = (1.0 / sum) as f32;
-        for x in row.iter_mut() {
-            *x = f16::from_f32(*x * inv).to_f32();
-        }
+        scale_round_f16(isa, row, inv);
     }
     // 3. out[qi] = Σ_j p[qi][j] · v_j
     for (pc, oc) in scores.chunks(NQ * n).zip(out.chunks_mut(NQ * hd)) {
         pv(isa, pc, n, runs, hd, oc);
+    }
+}
+
+/// `x[i] = f16(x[i] · s)` widened back to f32 (IEEE round to nearest even both ways, so the F16C
+/// conversion equals the portable one).
+fn scale_round_f16(isa: Isa, x: &mut [f32], s: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.is_available() {
+        // SAFETY: AVX2, FMA and F16C confirmed above.
+        unsafe { avx2::scale_round_f16(x, s) };
+        return;
+    }
+    let _ = isa;
+    for v in x.iter_mut() {
+        *v = f16::from_f32(*v * s).to_f32();
     }
 }
 
@@ -172,6 +185,24 @@ mod avx2 {
     unsafe fn load_h(p: *const half::f16) -> __m256 {
         // SAFETY: the caller points at 8 readable f16 values.
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+
+    /// See [`super::scale_round_f16`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn scale_round_f16(x: &mut [f32], s: f32) {
+        let sv = _mm256_set1_ps(s);
+        let mut chunks = x.chunks_exact_mut(8);
+        for c in &mut chunks {
+            // SAFETY: c holds 8 values.
+            unsafe {
+                let v = _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), sv);
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+                _mm256_storeu_ps(c.as_mut_ptr(), _mm256_cvtph_ps(h));
+            }
+        }
+        for v in chunks.into_remainder() {
+            *v = half::f16::from_f32(*v * s).to_f32();
+        }
     }
 
     /// See [`super::qk`]. Each K row is widened once per 8 values and multiplies every query.
