@@ -122,6 +122,13 @@ pub trait InferenceBackend: Backend {
     /// `x` `[m, k]` · `Wᵀ` -> `[m, n]`.
     fn qw_matmul(x: Tensor<Self, 2>, w: &Self::QMatrix) -> Tensor<Self, 2>;
 
+    /// `x` `[m, k]` · `W_iᵀ` for several weights of the same input width (a layer's Q/K/V, its
+    /// gate/up): each result equals [`Self::qw_matmul`]'s. The host kernels quantize `x` once and
+    /// run the products in one parallel section.
+    fn qw_matmul_many(x: Tensor<Self, 2>, ws: &[&Self::QMatrix]) -> Vec<Tensor<Self, 2>> {
+        ws.iter().map(|w| Self::qw_matmul(x.clone(), w)).collect()
+    }
+
     /// Rows `ids` of `W` as f32 `[len, k]` (embedding lookups in a table that may double as the tied
     /// output projection).
     fn qw_rows(w: &Self::QMatrix, ids: Tensor<Self, 1, Int>) -> Tensor<Self, 2>;
@@ -358,13 +365,8 @@ fn host_matmul<B: Backend>(x: Tensor<B, 2>, w: &HostQMatrix<B::Device>) -> Tenso
     }
     let xs = host_values(x);
     let mut y = vec![0.0f32; m * w.w.n];
-    let packed = w.packed.get_or_init(|| {
-        cinder_kernels::Packed::new(w.w.kernel_view())
-            .ok()
-            .flatten()
-    });
     // Shapes were validated when the weight was prepared and just above.
-    let done = match packed {
+    let done = match packed_of(w) {
         Some(p) => cinder_kernels::matmul_packed(p, &xs, m, &mut y),
         None => cinder_kernels::matmul(w.w.kernel_view(), &xs, m, &mut y),
     };
@@ -372,6 +374,44 @@ fn host_matmul<B: Backend>(x: Tensor<B, 2>, w: &HostQMatrix<B::Device>) -> Tenso
         panic!("qw_matmul on validated shapes failed: {e}");
     }
     Tensor::from_data(TensorData::new(y, [m, w.w.n]), &w.device)
+}
+
+/// The packed copy of `w`, built on its first product; `None` for types without one.
+fn packed_of<D>(w: &HostQMatrix<D>) -> Option<&cinder_kernels::Packed> {
+    w.packed
+        .get_or_init(|| {
+            cinder_kernels::Packed::new(w.w.kernel_view())
+                .ok()
+                .flatten()
+        })
+        .as_ref()
+}
+
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+fn host_matmul_many<B: Backend>(
+    x: Tensor<B, 2>,
+    ws: &[&HostQMatrix<B::Device>],
+) -> Vec<Tensor<B, 2>> {
+    let [m, k] = x.dims();
+    let packed: Option<Vec<&cinder_kernels::Packed>> = ws
+        .iter()
+        .map(|w| if w.w.k == k { packed_of(w) } else { None })
+        .collect();
+    let (Some(ps), Some(first)) = (packed, ws.first()) else {
+        // Mixed or unpackable types (or a width mismatch, reported by `host_matmul`): one by one.
+        return ws.iter().map(|w| host_matmul(x.clone(), w)).collect();
+    };
+    let xs = host_values(x);
+    let mut ys: Vec<Vec<f32>> = ps.iter().map(|p| vec![0.0f32; m * p.n()]).collect();
+    let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.as_mut_slice()).collect();
+    // Shapes were validated when the weights were prepared and just above.
+    if let Err(e) = cinder_kernels::matmul_packed_many(&ps, &xs, m, &mut outs) {
+        panic!("qw_matmul_many on validated shapes failed: {e}");
+    }
+    ys.into_iter()
+        .zip(&ps)
+        .map(|(y, p)| Tensor::from_data(TensorData::new(y, [m, p.n()]), &first.device))
+        .collect()
 }
 
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
@@ -435,6 +475,9 @@ macro_rules! host_backend {
             }
             fn qw_matmul(x: Tensor<Self, 2>, w: &Self::QMatrix) -> Tensor<Self, 2> {
                 host_matmul(x, w)
+            }
+            fn qw_matmul_many(x: Tensor<Self, 2>, ws: &[&Self::QMatrix]) -> Vec<Tensor<Self, 2>> {
+                host_matmul_many(x, ws)
             }
             fn qw_rows(w: &Self::QMatrix, ids: Tensor<Self, 1, Int>) -> Tensor<Self, 2> {
                 host_rows(w, ids)

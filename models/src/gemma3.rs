@@ -18,7 +18,7 @@ use cinder_runtime::quant::QLinear;
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
     Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, gelu_tanh, heads, merge_heads,
-    split_heads,
+    project, split_heads,
 };
 use crate::loader::WeightSource;
 
@@ -235,17 +235,17 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
             };
             let n = blk.attn_norm.forward(x.clone());
             // q [b, h, t, hd]; k, v [b, kvh, t, hd]; QK-norm over hd, then RoPE
-            let q = blk.q_norm.forward(heads(blk.wq.forward(n.clone()), h, hd));
-            let k = blk
-                .k_norm
-                .forward(heads(blk.wk.forward(n.clone()), kvh, hd));
-            let v = split_heads(blk.wv.forward(n), kvh, hd);
+            let [q, k, v] = project(n, [&blk.wq, &blk.wk, &blk.wv]);
+            let q = blk.q_norm.forward(heads(q, h, hd));
+            let k = blk.k_norm.forward(heads(k, kvh, hd));
+            let v = split_heads(v, kvh, hd);
             let q = rope.apply(q).swap_dims(1, 2);
             let k = rope.apply(k).swap_dims(1, 2);
             let a = merge_heads(cache.attend(i, q, k, v, &params));
             x = x + blk.post_attn_norm.forward(blk.wo.forward(a));
             let n = blk.ffn_norm.forward(x.clone());
-            let g = gelu_tanh(blk.w_gate.forward(n.clone())) * blk.w_up.forward(n);
+            let [g, u] = project(n, [&blk.w_gate, &blk.w_up]);
+            let g = gelu_tanh(g) * u;
             x = x + blk.post_ffn_norm.forward(blk.w_down.forward(g));
         }
         cache.advance(t);

@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
-    Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, heads, merge_heads, silu,
-    split_heads,
+    Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, heads, merge_heads, project,
+    silu, split_heads,
 };
 use crate::loader::WeightSource;
 
@@ -231,17 +231,15 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
         for (i, blk) in self.blocks.iter().enumerate() {
             let n = blk.attn_norm.forward(x.clone());
             // q [b, h, t, hd]; k, v [b, kvh, t, hd]
-            let q = rope
-                .apply(heads(blk.wq.forward(n.clone()), h, hd))
-                .swap_dims(1, 2);
-            let k = rope
-                .apply(heads(blk.wk.forward(n.clone()), kvh, hd))
-                .swap_dims(1, 2);
-            let v = split_heads(blk.wv.forward(n), kvh, hd);
+            let [q, k, v] = project(n, [&blk.wq, &blk.wk, &blk.wv]);
+            let q = rope.apply(heads(q, h, hd)).swap_dims(1, 2);
+            let k = rope.apply(heads(k, kvh, hd)).swap_dims(1, 2);
+            let v = split_heads(v, kvh, hd);
             let a = merge_heads(cache.attend(i, q, k, v, &params));
             x = x + blk.wo.forward(a);
             let n = blk.ffn_norm.forward(x.clone());
-            let g = silu(blk.w_gate.forward(n.clone())) * blk.w_up.forward(n);
+            let [g, u] = project(n, [&blk.w_gate, &blk.w_up]);
+            let g = silu(g) * u;
             x = x + blk.w_down.forward(g);
         }
         cache.advance(t);

@@ -19,7 +19,7 @@ mod avx2_packed;
 pub mod packed;
 pub mod scalar;
 
-pub use packed::{Packed, matmul_packed_with};
+pub use packed::{Packed, matmul_packed_many_with, matmul_packed_with};
 
 use std::sync::OnceLock;
 
@@ -382,6 +382,17 @@ pub fn matmul(w: Weights<'_>, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), 
 /// `y[m, n] = x[m, k] · Wᵀ` on a weight packed once with [`Packed::new`], best instruction set.
 pub fn matmul_packed(p: &Packed, x: &[f32], m: usize, y: &mut [f32]) -> Result<(), KernelError> {
     matmul_packed_with(Isa::detect(), p, x, m, y)
+}
+
+/// [`packed::matmul_packed_many_with`] with the best instruction set: several packed weights of one
+/// input width, the input quantized once.
+pub fn matmul_packed_many(
+    ps: &[&Packed],
+    x: &[f32],
+    m: usize,
+    ys: &mut [&mut [f32]],
+) -> Result<(), KernelError> {
+    matmul_packed_many_with(Isa::detect(), ps, x, m, ys)
 }
 
 /// Dequantizes weight rows `rows` into `out` (`rows.len() · k` values), e.g. embedding lookups.

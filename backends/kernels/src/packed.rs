@@ -153,53 +153,103 @@ pub fn matmul_packed_with(
     m: usize,
     y: &mut [f32],
 ) -> Result<(), KernelError> {
-    let (n, k) = (p.n, p.k);
-    crate::check_io(x, y, m, n, k)?;
-    if m == 0 || n == 0 {
+    matmul_packed_many_with(isa, &[p], x, m, &mut [y])
+}
+
+/// `ys[i][m, n_i] = x[m, k] · W_iᵀ` for several packed weights of one input width (a layer's Q, K
+/// and V, or its gate and up projections): the activations are quantized once and every product
+/// runs in one parallel section. Each output equals [`matmul_packed_with`]'s for its weight.
+pub fn matmul_packed_many_with(
+    isa: Isa,
+    ps: &[&Packed],
+    x: &[f32],
+    m: usize,
+    ys: &mut [&mut [f32]],
+) -> Result<(), KernelError> {
+    let Some(k) = ps.first().map(|p| p.k) else {
+        return Ok(());
+    };
+    if ys.len() != ps.len() {
+        return Err(KernelError::Shape {
+            what: "outputs",
+            expected: ps.len(),
+            got: ys.len(),
+            unit: "buffers",
+        });
+    }
+    for (p, y) in ps.iter().zip(ys.iter()) {
+        if p.k != k {
+            return Err(KernelError::Shape {
+                what: "weight width",
+                expected: k,
+                got: p.k,
+                unit: "inputs",
+            });
+        }
+        crate::check_io(x, y, m, p.n, k)?;
+    }
+    if m == 0 {
         return Ok(());
     }
     let acts = match act::quantize(act::ActKind::Q8, x, k) {
         act::Activations::Q8(a) => a,
         // `quantize` returns the kind asked for.
-        _ => return Err(KernelError::Unsupported(p.ty.name())),
+        _ => return Err(KernelError::Unsupported(ps[0].ty.name())),
     };
     let nb = k / QK;
-    let (cb, _) = chunk_bytes(p.ty);
-    let gbytes = nb * cb;
-    let groups = n.div_ceil(ROWS);
+    let rows: Vec<&[BlockQ8]> = acts.chunks_exact(nb).collect();
+    // Outputs per group, [groups][m][8] per weight: each task owns whole groups of one weight;
+    // scattered into the ys afterwards.
+    let mut yts: Vec<Vec<f32>> = ps
+        .iter()
+        .map(|p| vec![0.0f32; p.n.div_ceil(ROWS) * m * ROWS])
+        .collect();
+    let total_groups: usize = ps.iter().map(|p| p.n.div_ceil(ROWS)).sum();
+    let per_task = groups_per_task(total_groups, m, nb);
+    let mut tasks: Vec<(&Packed, usize, &mut [f32])> = Vec::new();
+    for (p, yt) in ps.iter().zip(yts.iter_mut()) {
+        for (c, ts) in yt.chunks_mut(per_task * m * ROWS).enumerate() {
+            tasks.push((p, c * per_task, ts));
+        }
+    }
+    tasks
+        .into_par_iter()
+        .for_each(|(p, g0, ts)| group_products(isa, p, g0, &rows, ts));
+    for ((p, yt), y) in ps.iter().zip(&yts).zip(ys.iter_mut()) {
+        let n = p.n;
+        for (g, gt) in yt.chunks_exact(m * ROWS).enumerate() {
+            let cols = ROWS.min(n - g * ROWS);
+            for (i, o8) in gt.chunks_exact(ROWS).enumerate() {
+                y[i * n + g * ROWS..i * n + g * ROWS + cols].copy_from_slice(&o8[..cols]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Groups `g0..` of `p` against every activation row: `ts` is `[groups][m][8]`.
+fn group_products(isa: Isa, p: &Packed, g0: usize, rows: &[&[BlockQ8]], ts: &mut [f32]) {
+    let m = rows.len();
+    let nb = p.k / QK;
+    let gbytes = nb * chunk_bytes(p.ty).0;
     let kernel = group_fn(p.ty, isa);
     // Q8_0 keeps 8 accumulators per activation row and re-derives |w|; a second row spills
     // (measured single-threaded: 0.98 ns per block and row at 1 row, 1.21 at 2).
     let tile = if p.ty == GgmlType::Q8_0 { 1 } else { TILE };
-    let rows: Vec<&[BlockQ8]> = acts.chunks_exact(nb).collect();
-    // Outputs per group, [groups][m][8]: each task owns whole groups; scattered into y afterwards.
-    let mut yt = vec![0.0f32; groups * m * ROWS];
-    let per_task = groups_per_task(groups, m, nb);
-    yt.par_chunks_mut(per_task * m * ROWS)
-        .enumerate()
-        .for_each(|(c, ts)| {
-            for (o, t) in ts.chunks_exact_mut(m * ROWS).enumerate() {
-                let g = c * per_task + o;
-                let gw = &p.data[g * gbytes..(g + 1) * gbytes];
-                let mut j = 0;
-                while j < m {
-                    let take = tile.min(m - j);
-                    let mut out = [[0.0f32; ROWS]; TILE];
-                    kernel(gw, &rows[j..j + take], &mut out[..take]);
-                    for (jj, o8) in out[..take].iter().enumerate() {
-                        t[(j + jj) * ROWS..(j + jj + 1) * ROWS].copy_from_slice(o8);
-                    }
-                    j += take;
-                }
+    for (o, t) in ts.chunks_exact_mut(m * ROWS).enumerate() {
+        let g = g0 + o;
+        let gw = &p.data[g * gbytes..(g + 1) * gbytes];
+        let mut j = 0;
+        while j < m {
+            let take = tile.min(m - j);
+            let mut out = [[0.0f32; ROWS]; TILE];
+            kernel(gw, &rows[j..j + take], &mut out[..take]);
+            for (jj, o8) in out[..take].iter().enumerate() {
+                t[(j + jj) * ROWS..(j + jj + 1) * ROWS].copy_from_slice(o8);
             }
-        });
-    for (g, gt) in yt.chunks_exact(m * ROWS).enumerate() {
-        let cols = ROWS.min(n - g * ROWS);
-        for (i, o8) in gt.chunks_exact(ROWS).enumerate() {
-            y[i * n + g * ROWS..i * n + g * ROWS + cols].copy_from_slice(&o8[..cols]);
+            j += take;
         }
     }
-    Ok(())
 }
 
 /// Groups per parallel task: enough tasks to balance the pool, each at least ~1 K block products

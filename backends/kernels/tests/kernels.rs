@@ -252,3 +252,65 @@ fn packed_products_equal_row_dots_bit_for_bit() {
         }
     }
 }
+
+#[test]
+fn many_products_equal_each_alone() {
+    let mut rng = StdRng::seed_from_u64(12);
+    let k = 256;
+    // Different types and row counts (not multiples of 8) sharing one input, as Q/K/V do.
+    let specs = [
+        (GgmlType::Q4_1, 40),
+        (GgmlType::Q4_0, 13),
+        (GgmlType::Q8_0, 24),
+    ];
+    let data: Vec<Vec<u8>> = specs
+        .iter()
+        .map(|&(ty, n)| random_weights(ty, n, k, &mut rng))
+        .collect();
+    let packed: Vec<cinder_kernels::Packed> = specs
+        .iter()
+        .zip(&data)
+        .map(|(&(ty, n), d)| {
+            let w = Weights { ty, data: d, n, k };
+            cinder_kernels::Packed::new(w).unwrap().expect("packable")
+        })
+        .collect();
+    let refs: Vec<&cinder_kernels::Packed> = packed.iter().collect();
+    for m in [1, 4, 9] {
+        let x = random_acts(m, k, &mut rng);
+        for isa in [Isa::Scalar, Isa::Avx2]
+            .into_iter()
+            .filter(|i| i.is_available())
+        {
+            let mut ys: Vec<Vec<f32>> = specs.iter().map(|&(_, n)| vec![0.0; m * n]).collect();
+            let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.as_mut_slice()).collect();
+            cinder_kernels::matmul_packed_many_with(isa, &refs, &x, m, &mut outs).unwrap();
+            for (p, y) in packed.iter().zip(&ys) {
+                let mut alone = vec![0.0; y.len()];
+                cinder_kernels::matmul_packed_with(isa, p, &x, m, &mut alone).unwrap();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(y), bits(&alone), "{isa:?} m={m} {}", p.ty().name());
+            }
+        }
+    }
+    // A weight of another width is refused, naming the problem.
+    let narrow = random_weights(GgmlType::Q8_0, 8, 128, &mut rng);
+    let w = Weights {
+        ty: GgmlType::Q8_0,
+        data: &narrow,
+        n: 8,
+        k: 128,
+    };
+    let pn = cinder_kernels::Packed::new(w).unwrap().expect("packable");
+    let x = random_acts(1, k, &mut rng);
+    let (mut a, mut b) = (vec![0.0; 40], vec![0.0; 8]);
+    let err = cinder_kernels::matmul_packed_many_with(
+        Isa::Scalar,
+        &[&packed[0], &pn],
+        &x,
+        1,
+        &mut [&mut a, &mut b],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("weight width"), "{err}");
+}

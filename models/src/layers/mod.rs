@@ -209,6 +209,18 @@ pub fn final_logits<B: InferenceBackend>(
     head.forward(x, embed).reshape([b, n, vocab])
 }
 
+/// Several projections of one input (Q/K/V, gate/up), computed together
+/// ([`QLinear::forward_many`]: on the CPU kernels one activation quantization and one parallel
+/// section for all of them).
+pub fn project<B: InferenceBackend, const D: usize, const N: usize>(
+    x: Tensor<B, D>,
+    layers: [&QLinear<B>; N],
+) -> [Tensor<B, D>; N] {
+    let mut y = QLinear::forward_many(&layers, x).into_iter();
+    // `forward_many` returns exactly one tensor per layer.
+    std::array::from_fn(|_| y.next().expect("one output per layer"))
+}
+
 /// SiLU (swish): `x · σ(x)`.
 pub fn silu<B: InferenceBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     burn::tensor::activation::silu(x)

@@ -128,6 +128,28 @@ impl<B: InferenceBackend> QLinear<B> {
         y.reshape(out)
     }
 
+    /// `[layer.forward(x) for layer in layers]`, with the products of layers that share the input
+    /// computed together ([`InferenceBackend::qw_matmul_many`]: one activation quantization and
+    /// one parallel section on the CPU kernels). Every layer must take `x`'s width.
+    pub fn forward_many<const D: usize>(layers: &[&Self], x: Tensor<B, D>) -> Vec<Tensor<B, D>> {
+        let dims = x.dims();
+        let rows: usize = dims[..D - 1].iter().product();
+        let x2: Tensor<B, 2> = x.reshape([rows, dims[D - 1]]);
+        let ws: Vec<&B::QMatrix> = layers.iter().map(|l| l.weight.get::<B>()).collect();
+        B::qw_matmul_many(x2, &ws)
+            .into_iter()
+            .zip(layers)
+            .map(|(mut y, l)| {
+                if let Some(b) = &l.bias {
+                    y = y + b.val().unsqueeze::<2>();
+                }
+                let mut out = dims;
+                out[D - 1] = l.out_features();
+                y.reshape(out)
+            })
+            .collect()
+    }
+
     /// Rows of the logical `[out_features, in_features]` weight, e.g. token embeddings looked up in a
     /// table that doubles as the tied output projection. `ids` `[n]` -> `[n, in_features]`.
     pub fn rows(&self, ids: Tensor<B, 1, Int>) -> Tensor<B, 2> {
