@@ -154,6 +154,17 @@ pub fn host_gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
     Tensor::from_data(TensorData::new(v, shape), &device)
 }
 
+/// [`crate::InferenceBackend::silu_mul`] on the host: one fused pass, parallel over chunks.
+pub fn host_silu_mul<B: Backend, const D: usize>(g: Tensor<B, D>, u: Tensor<B, D>) -> Tensor<B, D> {
+    let shape = g.dims();
+    assert_eq!(shape, u.dims(), "silu_mul: gate and up shapes differ");
+    let device = g.device();
+    let mut v = host_values(g);
+    let u = host_values(u);
+    cinder_kernels::elementwise::silu_mul(&mut v, &u);
+    Tensor::from_data(TensorData::new(v, shape), &device)
+}
+
 /// `row = softmax(row · scale)` in place (all zeros for an empty row's sum).
 fn softmax_row(row: &mut [f32], scale: f32) {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x * scale));

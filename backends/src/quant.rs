@@ -160,6 +160,12 @@ pub trait InferenceBackend: Backend {
         params: &AttentionParams,
     ) -> Tensor<Self, 4>;
 
+    /// SwiGLU's gate: `silu(g) · u`, `silu(x) = x / (1 + e^-x)` (same shapes). The host backends
+    /// fuse it into one parallel pass with the same arithmetic ([`cinder_kernels::elementwise`]).
+    fn silu_mul<const D: usize>(g: Tensor<Self, D>, u: Tensor<Self, D>) -> Tensor<Self, D> {
+        burn::tensor::activation::silu(g) * u
+    }
+
     /// Layer norm over the last axis, `w`, `b` `[d]` ([`crate::encoder`]; the host backends
     /// fuse it and run rows in parallel).
     fn encoder_layer_norm<const D: usize>(
@@ -516,6 +522,9 @@ macro_rules! host_backend {
             }
             fn encoder_gelu<const D: usize>(x: Tensor<Self, D>) -> Tensor<Self, D> {
                 crate::encoder::host_gelu(x)
+            }
+            fn silu_mul<const D: usize>(g: Tensor<Self, D>, u: Tensor<Self, D>) -> Tensor<Self, D> {
+                crate::encoder::host_silu_mul(g, u)
             }
             fn encoder_attention(
                 q: Tensor<Self, 3>,

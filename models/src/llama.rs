@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
     Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, heads, merge_heads, project,
-    silu, split_heads,
+    split_heads, swiglu,
 };
 use crate::loader::WeightSource;
 
@@ -239,7 +239,7 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
             x = x + blk.wo.forward(a);
             let n = blk.ffn_norm.forward(x.clone());
             let [g, u] = project(n, [&blk.w_gate, &blk.w_up]);
-            let g = silu(g) * u;
+            let g = swiglu(g, u);
             x = x + blk.w_down.forward(g);
         }
         cache.advance(t);

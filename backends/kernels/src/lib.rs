@@ -16,6 +16,7 @@ pub mod attn;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_packed;
+pub mod elementwise;
 pub mod packed;
 pub mod scalar;
 

@@ -221,9 +221,12 @@ pub fn project<B: InferenceBackend, const D: usize, const N: usize>(
     std::array::from_fn(|_| y.next().expect("one output per layer"))
 }
 
-/// SiLU (swish): `x · σ(x)`.
-pub fn silu<B: InferenceBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    burn::tensor::activation::silu(x)
+/// SwiGLU's gate `silu(g) · u`, fused on the host backends ([`InferenceBackend::silu_mul`]).
+pub fn swiglu<B: InferenceBackend, const D: usize>(
+    g: Tensor<B, D>,
+    u: Tensor<B, D>,
+) -> Tensor<B, D> {
+    B::silu_mul(g, u)
 }
 
 /// GELU, tanh approximation (`gelu_pytorch_tanh`), as ggml's CPU op computes it: the input rounded to
