@@ -373,8 +373,12 @@ pub(crate) fn host_paged_attention<B: Backend>(
     if let Err(e) = batch.validate(t, kv.shape.blocks) {
         panic!("paged attention: {e}");
     }
-    let (qs, ks, vs) = (host_values(q), host_values(k), host_values(v));
-    // 1. Store the new K/V rows: new row r of head g is at [g][r][..] in ks/vs.
+    // Time-major copies [T, heads, hd]. The models build Q/K/V as [1, T, heads, hd] and swap the
+    // middle axes lazily, so swapping them back reads the projections' own buffers in order (a
+    // plain copy, where a head-major read would gather them element by element).
+    let time_major = |x: Tensor<B, 4>| host_values(x.swap_dims(1, 2));
+    let (qs, ks, vs) = (time_major(q), time_major(k), time_major(v));
+    // 1. Store the new K/V rows: new row r of head g is at [r][g][..] in ks/vs.
     for s in &batch.seqs {
         for i in 0..s.q_len {
             let pos = s.past + i;
@@ -383,7 +387,7 @@ pub(crate) fn host_paged_attention<B: Backend>(
                 pos % batch.block_size,
             );
             for g in 0..kvh {
-                let src = (g * t + s.q_start + i) * hd;
+                let src = ((s.q_start + i) * kvh + g) * hd;
                 let dst = kv.offset(blk, g, slot);
                 kv.k[dst..dst + hd].convert_from_f32_slice(&ks[src..src + hd]);
                 kv.v[dst..dst + hd].convert_from_f32_slice(&vs[src..src + hd]);
@@ -397,7 +401,7 @@ pub(crate) fn host_paged_attention<B: Backend>(
         .flat_map(|si| (0..kvh).map(move |g| (si, g)))
         .collect();
     let run = |&(si, g): &(usize, usize)| {
-        attend_group(kv, batch, &batch.seqs[si], g, group, &qs, t, params)
+        attend_group(kv, batch, &batch.seqs[si], g, group, &qs, h, params)
     };
     // Query-key pairs × heads: below ~2k per head dim a parallel section costs more than it saves
     // (the engine runs a step from a pool worker, so a section only wakes the other workers).
@@ -412,21 +416,23 @@ pub(crate) fn host_paged_attention<B: Backend>(
     } else {
         tasks.par_iter().map(run).collect()
     };
-    // 3. Scatter the task outputs into [h, T, hd].
-    let mut out = vec![0.0f32; h * t * hd];
+    // 3. Scatter the task outputs into [T, h, hd]: a task's rows are its group's heads, adjacent.
+    let mut out = vec![0.0f32; t * h * hd];
+    let w = group * hd;
     for (&(si, g), res) in tasks.iter().zip(&results) {
         let s = &batch.seqs[si];
-        for gi in 0..group {
-            let head = g * group + gi;
-            let src = &res[gi * s.q_len * hd..(gi + 1) * s.q_len * hd];
-            let dst = (head * t + s.q_start) * hd;
-            out[dst..dst + s.q_len * hd].copy_from_slice(src);
+        for (i, src) in res.chunks_exact(w).enumerate() {
+            let dst = ((s.q_start + i) * h + g * group) * hd;
+            out[dst..dst + w].copy_from_slice(src);
         }
     }
-    Tensor::from_data(TensorData::new(out, [1, h, t, hd]), &kv.device)
+    // Returned head-major as the op promises, as a lazy view of the time-major buffer (merging the
+    // heads swaps back, so the model's next projection reads it in order).
+    Tensor::<B, 4>::from_data(TensorData::new(out, [1, t, h, hd]), &kv.device).swap_dims(1, 2)
 }
 
-/// One sequence's queries of the `group` query heads sharing KV head `g`: `[group, q_len, hd]`.
+/// One sequence's queries of the `group` query heads sharing KV head `g`: `[q_len, group, hd]`
+/// (`qs` is `[T, h, hd]`).
 /// The math is [`cinder_kernels::attn::attend_f16`]; this walks the block table into runs of
 /// contiguous rows (a head's slots inside a block are adjacent) and rounds the queries to f16.
 #[allow(clippy::too_many_arguments)]
@@ -437,7 +443,7 @@ fn attend_group<D>(
     g: usize,
     group: usize,
     qs: &[f32],
-    t: usize,
+    h: usize,
     params: &AttentionParams,
 ) -> Vec<f32> {
     let hd = kv.shape.head_dim;
@@ -449,7 +455,6 @@ fn attend_group<D>(
     };
     let mut out = vec![0.0f32; group * s.q_len * hd];
     let mut qr = vec![0.0f32; group * hd];
-    let mut o = vec![0.0f32; group * hd];
     let mut scores = Vec::new();
     let mut runs: Vec<KvRun<'_>> = Vec::new();
     for i in 0..s.q_len {
@@ -471,16 +476,20 @@ fn attend_group<D>(
         }
         for (gi, q) in qr.chunks_exact_mut(hd).enumerate() {
             let head = g * group + gi;
-            let src = &qs[(head * t + row) * hd..(head * t + row + 1) * hd];
+            let src = &qs[(row * h + head) * hd..(row * h + head + 1) * hd];
             for (d, &x) in q.iter_mut().zip(src) {
                 *d = r16(x);
             }
         }
-        attend_f16(isa, &qr, hd, &runs, sp, &mut scores, &mut o);
-        for (gi, orow) in o.chunks_exact(hd).enumerate() {
-            let dst = (gi * s.q_len + i) * hd;
-            out[dst..dst + hd].copy_from_slice(orow);
-        }
+        attend_f16(
+            isa,
+            &qr,
+            hd,
+            &runs,
+            sp,
+            &mut scores,
+            &mut out[i * group * hd..(i + 1) * group * hd],
+        );
     }
     out
 }
