@@ -203,9 +203,10 @@ impl BackendTask for Task {
             }
             for l in &levels {
                 println!(
-                    "concurrency {:>3}: aggregate {:>8.2} t/s  per-seq {:>7.2} t/s  TTFT p50 {:>8.1} ms  p99 {:>8.1} ms",
+                    "concurrency {:>3}: aggregate {:>8.2} t/s  (span {:>7.2})  per-seq {:>7.2} t/s  TTFT p50 {:>8.1} ms  p99 {:>8.1} ms",
                     l.concurrency,
                     l.aggregate_tg_tps,
+                    l.span_tg_tps,
                     l.per_seq_tg_tps,
                     l.ttft_ms_p50,
                     l.ttft_ms_p99

@@ -123,6 +123,9 @@ pub struct Level {
     /// decode tokens/s of all requests together while all of them decode ([`steady_decode_tps`];
     /// median over reps)
     pub aggregate_tg_tps: f64,
+    /// all tokens after each request's first over the span from the first first-token to the last
+    /// token, t/s (median over reps): includes the stalls while later requests are prefilled
+    pub span_tg_tps: f64,
     /// median over requests of each request's own decode rate, t/s
     pub per_seq_tg_tps: f64,
     /// time to first token, median over requests, ms
@@ -134,8 +137,9 @@ pub struct Level {
 /// Aggregate decode rate while every request of the batch is decoding: tokens that arrived in the
 /// window from the last first token to the first last token, over the window's length. Without the
 /// window, a request that got its first token before the others were prefilled would count their
-/// prefill as decode time (the engine admits a request as soon as it is submitted). With fewer than
-/// two arrivals in the window (very short runs), all tokens after each first over the whole span.
+/// prefill as decode time (the engine admits a request as soon as it is submitted; that figure is
+/// [`span_decode_tps`]). With fewer than two arrivals per request in the window (very short runs),
+/// the span figure.
 pub fn steady_decode_tps(t: &[Timing]) -> f64 {
     let from = t.iter().map(|x| x.ttft).max().unwrap_or_default();
     let to = t
@@ -151,6 +155,12 @@ pub fn steady_decode_tps(t: &[Timing]) -> f64 {
     if to > from && n >= 2 * t.len() {
         return n as f64 / (to - from).as_secs_f64();
     }
+    span_decode_tps(t)
+}
+
+/// Tokens after each request's first over the span from the earliest first token to the last
+/// token of all.
+pub fn span_decode_tps(t: &[Timing]) -> f64 {
     let start = t.iter().map(|x| x.ttft).min().unwrap_or_default();
     let end = t
         .iter()
@@ -186,7 +196,7 @@ pub fn concurrency_level<B: InferenceBackend>(
     let engine = start(m, base, level, false)?;
     let h = engine.handle();
     let vocab = m.model.vocab_size() as u32;
-    let (mut agg, mut per, mut ttft) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut agg, mut span, mut per, mut ttft) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for rep in 0..=reps {
         let t = run_batch(
             &h,
@@ -197,6 +207,7 @@ pub fn concurrency_level<B: InferenceBackend>(
             continue; // warm-up
         }
         agg.push(steady_decode_tps(&t));
+        span.push(span_decode_tps(&t));
         per.push(percentile(
             t.iter()
                 .map(|x| (x.tokens - 1) as f64 / x.decode.as_secs_f64().max(1e-9))
@@ -208,6 +219,7 @@ pub fn concurrency_level<B: InferenceBackend>(
     Ok(Level {
         concurrency: level,
         aggregate_tg_tps: percentile(agg, 50.0),
+        span_tg_tps: percentile(span, 50.0),
         per_seq_tg_tps: percentile(per, 50.0),
         ttft_ms_p50: percentile(ttft.clone(), 50.0),
         ttft_ms_p99: percentile(ttft, 99.0),
