@@ -394,14 +394,38 @@ pub(crate) fn host_paged_attention<B: Backend>(
             }
         }
     }
-    // 2. Attend, one task per (sequence, KV head); each returns its rows of every head in its group.
+    // 2. Attend, one task per (sequence, KV head, run of its queries); each returns its queries'
+    // rows of every head in its group. A sequence's queries are split only when there are fewer
+    // (sequence, KV head) pairs than ~4 per thread (a speculative verify, a prefill chunk), so the
+    // threads share the work evenly; every query is computed the same way in any split.
     let group = h / kvh;
     let kv = &*kv;
-    let tasks: Vec<(usize, usize)> = (0..batch.seqs.len())
-        .flat_map(|si| (0..kvh).map(move |g| (si, g)))
+    let pairs = batch.seqs.len() * kvh;
+    let want = 4 * rayon::current_num_threads().max(1);
+    let splits = want.div_ceil(pairs.max(1));
+    let tasks: Vec<(usize, usize, std::ops::Range<usize>)> = (0..batch.seqs.len())
+        .flat_map(|si| {
+            let q_len = batch.seqs[si].q_len;
+            let per = q_len.div_ceil(splits.min(q_len).max(1)).max(1);
+            (0..kvh).flat_map(move |g| {
+                (0..q_len)
+                    .step_by(per)
+                    .map(move |i0| (si, g, i0..(i0 + per).min(q_len)))
+            })
+        })
         .collect();
-    let run = |&(si, g): &(usize, usize)| {
-        attend_group(kv, batch, &batch.seqs[si], g, group, &qs, h, params)
+    let run = |(si, g, qr): &(usize, usize, std::ops::Range<usize>)| {
+        attend_group(
+            kv,
+            batch,
+            &batch.seqs[*si],
+            *g,
+            group,
+            qr.clone(),
+            &qs,
+            h,
+            params,
+        )
     };
     // Query-key pairs × heads: below ~2k per head dim a parallel section costs more than it saves
     // (the engine runs a step from a pool worker, so a section only wakes the other workers).
@@ -419,9 +443,9 @@ pub(crate) fn host_paged_attention<B: Backend>(
     // 3. Scatter the task outputs into [T, h, hd]: a task's rows are its group's heads, adjacent.
     let mut out = vec![0.0f32; t * h * hd];
     let w = group * hd;
-    for (&(si, g), res) in tasks.iter().zip(&results) {
-        let s = &batch.seqs[si];
-        for (i, src) in res.chunks_exact(w).enumerate() {
+    for ((si, g, qr), res) in tasks.iter().zip(&results) {
+        let s = &batch.seqs[*si];
+        for (i, src) in qr.clone().zip(res.chunks_exact(w)) {
             let dst = ((s.q_start + i) * h + g * group) * hd;
             out[dst..dst + w].copy_from_slice(src);
         }
@@ -431,8 +455,8 @@ pub(crate) fn host_paged_attention<B: Backend>(
     Tensor::<B, 4>::from_data(TensorData::new(out, [1, t, h, hd]), &kv.device).swap_dims(1, 2)
 }
 
-/// One sequence's queries of the `group` query heads sharing KV head `g`: `[q_len, group, hd]`
-/// (`qs` is `[T, h, hd]`).
+/// Queries `queries` (of `0..q_len`) of one sequence, for the `group` query heads sharing KV head
+/// `g`: `[queries.len(), group, hd]` (`qs` is `[T, h, hd]`).
 /// The math is [`cinder_kernels::attn::attend_f16`]; this walks the block table into runs of
 /// contiguous rows (a head's slots inside a block are adjacent) and rounds the queries to f16.
 #[allow(clippy::too_many_arguments)]
@@ -442,6 +466,7 @@ fn attend_group<D>(
     s: &SeqSlice,
     g: usize,
     group: usize,
+    queries: std::ops::Range<usize>,
     qs: &[f32],
     h: usize,
     params: &AttentionParams,
@@ -453,11 +478,12 @@ fn attend_group<D>(
         scale: params.scale,
         softcap: params.softcap,
     };
-    let mut out = vec![0.0f32; group * s.q_len * hd];
+    let i0 = queries.start;
+    let mut out = vec![0.0f32; group * queries.len() * hd];
     let mut qr = vec![0.0f32; group * hd];
     let mut scores = Vec::new();
     let mut runs: Vec<KvRun<'_>> = Vec::new();
-    for i in 0..s.q_len {
+    for i in queries {
         let row = s.q_start + i;
         let pos = s.past + i;
         // Visible positions lo..hi as runs of slots inside blocks.
@@ -488,7 +514,7 @@ fn attend_group<D>(
             &runs,
             sp,
             &mut scores,
-            &mut out[i * group * hd..(i + 1) * group * hd],
+            &mut out[(i - i0) * group * hd..(i - i0 + 1) * group * hd],
         );
     }
     out
