@@ -102,7 +102,7 @@ fn scale_round_f16(isa: Isa, x: &mut [f32], s: f32) {
 /// Scores of up to [`NQ`] queries `q` `[nq, hd]` against every row: `s` `[nq, n]`.
 fn qk(isa: Isa, q: &[f32], hd: usize, runs: &[KvRun<'_>], n: usize, s: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && hd % 8 == 0 && isa.is_available() {
+    if isa == Isa::Avx2 && hd.is_multiple_of(8) && isa.is_available() {
         // SAFETY: AVX2, FMA and F16C confirmed above; `hd` is a multiple of 8 and every slice is
         // whole rows of `hd` (the loops index inside them).
         unsafe { avx2::qk(q, hd, runs, n, s) };
@@ -125,7 +125,7 @@ fn qk(isa: Isa, q: &[f32], hd: usize, runs: &[KvRun<'_>], n: usize, s: &mut [f32
 /// `o[qi] = Σ_j p[qi][j] · v_j` for up to [`NQ`] queries (`p` `[nq, n]`, `o` `[nq, hd]`, zeroed).
 fn pv(isa: Isa, p: &[f32], n: usize, runs: &[KvRun<'_>], hd: usize, o: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && hd % 8 == 0 && isa.is_available() {
+    if isa == Isa::Avx2 && hd.is_multiple_of(8) && isa.is_available() {
         // SAFETY: as in `qk`.
         unsafe { avx2::pv(p, n, runs, hd, o) };
         return;
