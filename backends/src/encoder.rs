@@ -165,6 +165,25 @@ pub fn host_silu_mul<B: Backend, const D: usize>(g: Tensor<B, D>, u: Tensor<B, D
     Tensor::from_data(TensorData::new(v, shape), &device)
 }
 
+/// [`crate::InferenceBackend::rms_norm`] on the host (ggml's arithmetic), rows in parallel.
+pub fn host_rms_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    w: Tensor<B, 1>,
+    eps: f64,
+) -> Tensor<B, D> {
+    let shape = x.dims();
+    assert_eq!(
+        shape[D - 1],
+        w.dims()[0],
+        "rms_norm: weight length differs from the last axis"
+    );
+    let device = x.device();
+    let mut v = host_values(x);
+    let w = host_values(w);
+    cinder_kernels::elementwise::rms_norm(&mut v, &w, eps as f32);
+    Tensor::from_data(TensorData::new(v, shape), &device)
+}
+
 /// `row = softmax(row · scale)` in place (all zeros for an empty row's sum).
 fn softmax_row(row: &mut [f32], scale: f32) {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x * scale));

@@ -166,6 +166,19 @@ pub trait InferenceBackend: Backend {
         burn::tensor::activation::silu(g) * u
     }
 
+    /// RMS norm over the last axis: `x / sqrt(mean(x²) + eps) · w`, `w` `[d]`. The host backends
+    /// run ggml's arithmetic ([`cinder_kernels::elementwise::rms_norm`]: a sequential f64 sum, so
+    /// the result does not depend on the CPU's vector width), rows in parallel.
+    fn rms_norm<const D: usize>(
+        x: Tensor<Self, D>,
+        w: Tensor<Self, 1>,
+        eps: f64,
+    ) -> Tensor<Self, D> {
+        let ms = x.clone().powi_scalar(2).mean_dim(D - 1);
+        let inv = ms.add_scalar(eps).sqrt().recip();
+        x * inv * w.unsqueeze::<D>()
+    }
+
     /// Layer norm over the last axis, `w`, `b` `[d]` ([`crate::encoder`]; the host backends
     /// fuse it and run rows in parallel).
     fn encoder_layer_norm<const D: usize>(
@@ -525,6 +538,13 @@ macro_rules! host_backend {
             }
             fn silu_mul<const D: usize>(g: Tensor<Self, D>, u: Tensor<Self, D>) -> Tensor<Self, D> {
                 crate::encoder::host_silu_mul(g, u)
+            }
+            fn rms_norm<const D: usize>(
+                x: Tensor<Self, D>,
+                w: Tensor<Self, 1>,
+                eps: f64,
+            ) -> Tensor<Self, D> {
+                crate::encoder::host_rms_norm(x, w, eps)
             }
             fn encoder_attention(
                 q: Tensor<Self, 3>,

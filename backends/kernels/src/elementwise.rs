@@ -42,3 +42,66 @@ pub fn silu_mul(g: &mut [f32], u: &[f32]) {
             .for_each(|(g, u)| run(g, u));
     }
 }
+
+/// RMS norm of each row of `x` (`[rows, d]`, in place): `x · (1 / sqrt(mean(x²) + eps)) · w`,
+/// rows in parallel.
+///
+/// The arithmetic is ggml's `rms_norm` followed by its `mul` with the weight: the squares (f32) are
+/// summed one after the other in f64, the mean rounded to f32, then `1/sqrtf(mean + eps)`. A
+/// sequential f64 sum does not depend on the SIMD width: Burn's `mean_dim` sums in as many lanes as
+/// the CPU's widest vectors (8 with AVX2, 16 with AVX-512), so the last bit of the norm changed
+/// with the machine, and SmolLM2's probabilities by up to 0.04 through the 8-bit activations of the
+/// next product.
+pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
+    let d = w.len();
+    if d == 0 {
+        return;
+    }
+    let run = |row: &mut [f32]| {
+        let sum: f64 = row.iter().map(|&v| f64::from(v * v)).sum();
+        let mean = (sum / d as f64) as f32;
+        let scale = 1.0 / (mean + eps).sqrt();
+        for (v, &g) in row.iter_mut().zip(w) {
+            *v = *v * scale * g;
+        }
+    };
+    if x.len() < PAR_MIN {
+        x.chunks_exact_mut(d).for_each(run);
+    } else {
+        let rows_per_task = PAR_CHUNK.div_ceil(d);
+        x.par_chunks_mut(rows_per_task * d)
+            .for_each(|c| c.chunks_exact_mut(d).for_each(run));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_rows_follow_ggml_and_do_not_depend_on_the_split() {
+        let d = 576;
+        let rows = 40; // 23k values: the parallel path
+        let x: Vec<f32> = (0..rows * d)
+            .map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-3)
+            .collect();
+        let w: Vec<f32> = (0..d).map(|i| 0.5 + (i % 13) as f32 * 0.1).collect();
+        let mut y = x.clone();
+        rms_norm(&mut y, &w, 1e-5);
+        for (r, (xr, yr)) in x.chunks_exact(d).zip(y.chunks_exact(d)).enumerate() {
+            // One row at a time on the calling thread, spelled out: f64 sum of f32 squares.
+            let mut sum = 0.0f64;
+            for &v in xr {
+                sum += f64::from(v * v);
+            }
+            let scale = 1.0 / ((sum / d as f64) as f32 + 1e-5).sqrt();
+            for ((&a, &b), &g) in xr.iter().zip(yr).zip(&w) {
+                assert_eq!(b.to_bits(), (a * scale * g).to_bits(), "row {r}");
+            }
+        }
+        // An all-zero row stays zero (no NaN from 0/0).
+        let mut z = vec![0.0f32; d];
+        rms_norm(&mut z, &w, 1e-5);
+        assert!(z.iter().all(|&v| v == 0.0));
+    }
+}

@@ -28,9 +28,7 @@ impl<B: InferenceBackend> RmsNorm<B> {
 
     /// `x` `[..., d]` -> same shape.
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
-        let ms = x.clone().powi_scalar(2).mean_dim(D - 1);
-        let inv = ms.add_scalar(self.eps).sqrt().recip();
-        x * inv * self.weight.val().unsqueeze::<D>()
+        B::rms_norm(x, self.weight.val(), self.eps)
     }
 }
 
