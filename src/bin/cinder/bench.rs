@@ -222,7 +222,8 @@ impl BackendTask for Task {
             if let Some(s) = &spec {
                 println!(
                     "speculation ({}, {} draft tokens, {}-token prompt, {} tokens): \
-                     {:.2} t/s on vs {:.2} t/s off ({:.2}x), acceptance {:.0}%, {:.2} forwards per token",
+                     {:.2} t/s on vs {:.2} t/s off ({:.2}x; paired {:.2}x), acceptance {:.0}%, \
+                     {:.2} forwards per token",
                     s.mode,
                     s.draft_tokens,
                     s.prompt_tokens,
@@ -230,6 +231,7 @@ impl BackendTask for Task {
                     s.on_tps,
                     s.off_tps,
                     s.speedup,
+                    s.paired_speedup,
                     100.0 * s.acceptance,
                     s.steps_per_token
                 );

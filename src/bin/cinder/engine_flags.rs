@@ -46,9 +46,8 @@ pub struct SpecFlags {
     /// forwards when they are right.
     #[arg(long, default_value = "none")]
     pub speculative: String,
-    /// Most drafted tokens verified per step. 3 suits the CPU kernels: the verifying forward then
-    /// has 4 rows per sequence, one 4-row tile of the quantized matmul.
-    #[arg(long, default_value_t = 3)]
+    /// Most drafted tokens verified per step (see `SpeculativeConfig`'s defaults for why 4).
+    #[arg(long, default_value_t = 4)]
     pub draft_tokens: usize,
 }
 
@@ -66,7 +65,6 @@ impl SpecFlags {
                 }
                 Ok(Some(SpeculativeConfig {
                     draft_tokens: self.draft_tokens,
-                    min_draft_tokens: self.draft_tokens.min(3),
                     ..SpeculativeConfig::default()
                 }))
             }
