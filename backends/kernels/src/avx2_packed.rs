@@ -20,6 +20,28 @@ unsafe fn quad(xb: &BlockQ8, t: usize) -> __m256i {
     ))
 }
 
+/// Per 32-bit lane, the sum of 4 products of unsigned bytes of `w` and signed bytes of `x`: one
+/// AVX-VNNI `vpdpbusd`, or `maddubs` + `madd`. Both give the same integers: `maddubs` cannot
+/// saturate here (its two products per 16-bit lane are at most 2·128·127 = 32,512: 4-bit weights, or
+/// |8-bit| weights, times activations in -127..=127).
+#[inline(always)]
+unsafe fn dot4<const VNNI: bool>(w: __m256i, x: __m256i) -> __m256i {
+    if VNNI {
+        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x)
+    } else {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+    }
+}
+
+/// Whether this CPU has AVX-VNNI (and `CINDER_KERNELS=avx2` does not turn it off, for comparisons).
+pub(crate) fn has_vnni() -> bool {
+    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *VNNI.get_or_init(|| {
+        is_x86_feature_detected!("avxvnni")
+            && !std::env::var("CINDER_KERNELS").is_ok_and(|v| v == "avx2")
+    })
+}
+
 /// 8 f16 values at `p`, widened (exact).
 #[inline(always)]
 unsafe fn f16x8(p: *const u8) -> __m256 {
@@ -35,8 +57,9 @@ unsafe fn hsum_quads(a: &[__m256; 8]) -> __m256 {
 }
 
 /// 4-bit formats: `OFFSET` is Q4_1 (`+m·sx` per block), otherwise Q4_0 (`-8·Σx` per quad).
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q4<const J: usize, const OFFSET: bool>(
+/// Inlined into [`q4_avx2`] / [`q4_vnni`], which set the instruction set.
+#[inline(always)]
+unsafe fn q4<const J: usize, const OFFSET: bool, const VNNI: bool>(
     gw: &[u8],
     x: &[&[BlockQ8]],
     out: &mut [[f32; ROWS]],
@@ -48,7 +71,6 @@ unsafe fn q4<const J: usize, const OFFSET: bool>(
     });
     let nb = gw.len() / cb;
     let m4 = _mm256_set1_epi8(0x0F);
-    let ones = _mm256_set1_epi16(1);
     // acc[j][g]: quad g's lane of ggml's 8-lane accumulator, for 8 rows.
     let mut acc = [[_mm256_setzero_ps(); 8]; J];
     let mut summs = [_mm256_setzero_ps(); J];
@@ -69,7 +91,7 @@ unsafe fn q4<const J: usize, const OFFSET: bool>(
                 summs[j] = _mm256_add_ps(summs[j], _mm256_mul_ps(m, _mm256_set1_ps(xb.s)));
             }
             for g in 0..8 {
-                let mut l = _mm256_madd_epi16(_mm256_maddubs_epi16(w[g], quad(xb, g)), ones);
+                let mut l = dot4::<VNNI>(w[g], quad(xb, g));
                 if !OFFSET {
                     l = _mm256_sub_epi32(l, _mm256_set1_epi32(xb.quad8[g]));
                 }
@@ -88,12 +110,33 @@ unsafe fn q4<const J: usize, const OFFSET: bool>(
     }
 }
 
-/// Q8_0: |w| times the activation carrying w's sign (`maddubs` wants one unsigned operand).
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8<const J: usize>(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
+unsafe fn q4_avx2<const J: usize, const OFFSET: bool>(
+    gw: &[u8],
+    x: &[&[BlockQ8]],
+    out: &mut [[f32; ROWS]],
+) {
+    q4::<J, OFFSET, false>(gw, x, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn q4_vnni<const J: usize, const OFFSET: bool>(
+    gw: &[u8],
+    x: &[&[BlockQ8]],
+    out: &mut [[f32; ROWS]],
+) {
+    q4::<J, OFFSET, true>(gw, x, out)
+}
+
+/// Q8_0: |w| times the activation carrying w's sign (the byte products want one unsigned operand).
+#[inline(always)]
+unsafe fn q8<const J: usize, const VNNI: bool>(
+    gw: &[u8],
+    x: &[&[BlockQ8]],
+    out: &mut [[f32; ROWS]],
+) {
     let (cb, qoff) = chunk_bytes(GgmlType::Q8_0);
     let nb = gw.len() / cb;
-    let ones = _mm256_set1_epi16(1);
     let mut acc = [[_mm256_setzero_ps(); 8]; J];
     for b in 0..nb {
         let c = gw.as_ptr().add(b * cb);
@@ -104,9 +147,7 @@ unsafe fn q8<const J: usize>(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]
             let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
             for g in 0..8 {
                 let w = _mm256_loadu_si256(q.add(g));
-                let p =
-                    _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(quad(xb, g), w));
-                let l = _mm256_madd_epi16(p, ones);
+                let l = dot4::<VNNI>(_mm256_sign_epi8(w, w), _mm256_sign_epi8(quad(xb, g), w));
                 acc[j][g] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(l), acc[j][g]);
             }
         }
@@ -116,8 +157,18 @@ unsafe fn q8<const J: usize>(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]
     }
 }
 
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q8_avx2<const J: usize>(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
+    q8::<J, false>(gw, x, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn q8_vnni<const J: usize>(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
+    q8::<J, true>(gw, x, out)
+}
+
 // SAFETY (the wrappers): `packed::group_fn` hands these out only after `Isa::is_available` confirmed
-// AVX2, FMA and F16C; `gw` is whole chunks of one group and every activation row has one block per
+// AVX2, FMA and F16C (and `has_vnni` AVX-VNNI for the `_vnni` ones); `gw` is whole chunks of one group and every activation row has one block per
 // chunk (both fixed by `matmul_packed_with`), `x.len() == out.len()` in 1..=4.
 macro_rules! dispatch {
     ($name:ident, $ty:expr, $f:ident $(, $flag:expr)?) => {
@@ -143,6 +194,9 @@ macro_rules! dispatch {
     };
 }
 
-dispatch!(q4_0, GgmlType::Q4_0, q4, false);
-dispatch!(q4_1, GgmlType::Q4_1, q4, true);
-dispatch!(q8_0, GgmlType::Q8_0, q8);
+dispatch!(q4_0, GgmlType::Q4_0, q4_avx2, false);
+dispatch!(q4_1, GgmlType::Q4_1, q4_avx2, true);
+dispatch!(q8_0, GgmlType::Q8_0, q8_avx2);
+dispatch!(q4_0_vnni, GgmlType::Q4_0, q4_vnni, false);
+dispatch!(q4_1_vnni, GgmlType::Q4_1, q4_vnni, true);
+dispatch!(q8_0_vnni, GgmlType::Q8_0, q8_vnni);

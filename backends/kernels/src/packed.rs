@@ -131,10 +131,15 @@ type GroupFn = fn(&[u8], &[&[BlockQ8]], &mut [[f32; ROWS]]);
 fn group_fn(ty: GgmlType, isa: Isa) -> GroupFn {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 && isa.is_available() {
-        return match ty {
-            GgmlType::Q4_1 => crate::avx2_packed::q4_1,
-            GgmlType::Q8_0 => crate::avx2_packed::q8_0,
-            _ => crate::avx2_packed::q4_0,
+        use crate::avx2_packed as k;
+        // AVX-VNNI where present: one instruction for the 4-product integer sums, same integers.
+        return match (ty, k::has_vnni()) {
+            (GgmlType::Q4_1, false) => k::q4_1,
+            (GgmlType::Q8_0, false) => k::q8_0,
+            (_, false) => k::q4_0,
+            (GgmlType::Q4_1, true) => k::q4_1_vnni,
+            (GgmlType::Q8_0, true) => k::q8_0_vnni,
+            (_, true) => k::q4_0_vnni,
         };
     }
     let _ = isa;
