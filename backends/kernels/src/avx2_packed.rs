@@ -20,25 +20,43 @@ unsafe fn quad(xb: &BlockQ8, t: usize) -> __m256i {
     ))
 }
 
-/// Per 32-bit lane, the sum of 4 products of unsigned bytes of `w` and signed bytes of `x`: one
-/// AVX-VNNI `vpdpbusd`, or `maddubs` + `madd`. Both give the same integers: `maddubs` cannot
-/// saturate here (its two products per 16-bit lane are at most 2·128·127 = 32,512: 4-bit weights, or
-/// |8-bit| weights, times activations in -127..=127).
+/// How [`dot4`] forms its 4-product sums: AVX2's `maddubs` + `madd`, AVX-VNNI's `vpdpbusd`, or
+/// AVX512-VNNI's (EVEX-encoded, so the kernel may use all 32 vector registers: AVX-512 CPUs).
+pub(crate) const PLAIN: u8 = 0;
+/// AVX-VNNI (VEX).
+pub(crate) const VEX: u8 = 1;
+/// AVX512-VNNI with AVX512VL on 256-bit registers.
+pub(crate) const EVEX: u8 = 2;
+
+/// Per 32-bit lane, the sum of 4 products of unsigned bytes of `w` and signed bytes of `x`. Every
+/// form gives the same integers: `maddubs` cannot saturate here (its two products per 16-bit lane
+/// are at most 2·128·127 = 32,512: 4-bit weights, or |8-bit| weights, times activations in
+/// -127..=127).
 #[inline(always)]
-unsafe fn dot4<const VNNI: bool>(w: __m256i, x: __m256i) -> __m256i {
-    if VNNI {
-        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x)
-    } else {
-        _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+unsafe fn dot4<const K: u8>(w: __m256i, x: __m256i) -> __m256i {
+    match K {
+        VEX => _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w, x),
+        EVEX => _mm256_dpbusd_epi32(_mm256_setzero_si256(), w, x),
+        _ => _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)),
     }
 }
 
-/// Whether this CPU has AVX-VNNI (and `CINDER_KERNELS=avx2` does not turn it off, for comparisons).
-pub(crate) fn has_vnni() -> bool {
-    static VNNI: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *VNNI.get_or_init(|| {
-        is_x86_feature_detected!("avxvnni")
-            && !std::env::var("CINDER_KERNELS").is_ok_and(|v| v == "avx2")
+/// The best [`dot4`] form this CPU has (`CINDER_KERNELS=avx2` keeps [`PLAIN`], for comparisons).
+pub(crate) fn dot_level() -> u8 {
+    static LEVEL: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
+    *LEVEL.get_or_init(|| {
+        if std::env::var("CINDER_KERNELS").is_ok_and(|v| v == "avx2") {
+            PLAIN
+        } else if is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+        {
+            EVEX
+        } else if is_x86_feature_detected!("avxvnni") {
+            VEX
+        } else {
+            PLAIN
+        }
     })
 }
 
@@ -59,7 +77,7 @@ unsafe fn hsum_quads(a: &[__m256; 8]) -> __m256 {
 /// 4-bit formats: `OFFSET` is Q4_1 (`+m·sx` per block), otherwise Q4_0 (`-8·Σx` per quad).
 /// Inlined into [`q4_avx2`] / [`q4_vnni`], which set the instruction set.
 #[inline(always)]
-unsafe fn q4<const J: usize, const OFFSET: bool, const VNNI: bool>(
+unsafe fn q4<const J: usize, const OFFSET: bool, const K: u8>(
     gw: &[u8],
     x: &[&[BlockQ8]],
     out: &mut [[f32; ROWS]],
@@ -91,7 +109,7 @@ unsafe fn q4<const J: usize, const OFFSET: bool, const VNNI: bool>(
                 summs[j] = _mm256_add_ps(summs[j], _mm256_mul_ps(m, _mm256_set1_ps(xb.s)));
             }
             for g in 0..8 {
-                let mut l = dot4::<VNNI>(w[g], quad(xb, g));
+                let mut l = dot4::<K>(w[g], quad(xb, g));
                 if !OFFSET {
                     l = _mm256_sub_epi32(l, _mm256_set1_epi32(xb.quad8[g]));
                 }
@@ -116,7 +134,7 @@ unsafe fn q4_avx2<const J: usize, const OFFSET: bool>(
     x: &[&[BlockQ8]],
     out: &mut [[f32; ROWS]],
 ) {
-    q4::<J, OFFSET, false>(gw, x, out)
+    q4::<J, OFFSET, PLAIN>(gw, x, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
@@ -125,16 +143,21 @@ unsafe fn q4_vnni<const J: usize, const OFFSET: bool>(
     x: &[&[BlockQ8]],
     out: &mut [[f32; ROWS]],
 ) {
-    q4::<J, OFFSET, true>(gw, x, out)
+    q4::<J, OFFSET, VEX>(gw, x, out)
 }
 
-/// Q8_0: |w| times the activation carrying w's sign (the byte products want one unsigned operand).
-#[inline(always)]
-unsafe fn q8<const J: usize, const VNNI: bool>(
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q4_evex<const J: usize, const OFFSET: bool>(
     gw: &[u8],
     x: &[&[BlockQ8]],
     out: &mut [[f32; ROWS]],
 ) {
+    q4::<J, OFFSET, EVEX>(gw, x, out)
+}
+
+/// Q8_0: |w| times the activation carrying w's sign (the byte products want one unsigned operand).
+#[inline(always)]
+unsafe fn q8<const J: usize, const K: u8>(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
     let (cb, qoff) = chunk_bytes(GgmlType::Q8_0);
     let nb = gw.len() / cb;
     let mut acc = [[_mm256_setzero_ps(); 8]; J];
@@ -147,7 +170,7 @@ unsafe fn q8<const J: usize, const VNNI: bool>(
             let sc = _mm256_mul_ps(d, _mm256_set1_ps(xb.d));
             for g in 0..8 {
                 let w = _mm256_loadu_si256(q.add(g));
-                let l = dot4::<VNNI>(_mm256_sign_epi8(w, w), _mm256_sign_epi8(quad(xb, g), w));
+                let l = dot4::<K>(_mm256_sign_epi8(w, w), _mm256_sign_epi8(quad(xb, g), w));
                 acc[j][g] = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(l), acc[j][g]);
             }
         }
@@ -159,16 +182,21 @@ unsafe fn q8<const J: usize, const VNNI: bool>(
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn q8_avx2<const J: usize>(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
-    q8::<J, false>(gw, x, out)
+    q8::<J, PLAIN>(gw, x, out)
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 unsafe fn q8_vnni<const J: usize>(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
-    q8::<J, true>(gw, x, out)
+    q8::<J, VEX>(gw, x, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q8_evex<const J: usize>(gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
+    q8::<J, EVEX>(gw, x, out)
 }
 
 // SAFETY (the wrappers): `packed::group_fn` hands these out only after `Isa::is_available` confirmed
-// AVX2, FMA and F16C (and `has_vnni` AVX-VNNI for the `_vnni` ones); `gw` is whole chunks of one group and every activation row has one block per
+// AVX2, FMA and F16C (and `dot_level` the VNNI extensions of the `_vnni`/`_evex` ones); `gw` is whole chunks of one group and every activation row has one block per
 // chunk (both fixed by `matmul_packed_with`), `x.len() == out.len()` in 1..=4.
 macro_rules! dispatch {
     ($name:ident, $ty:expr, $f:ident $(, $flag:expr)?) => {
@@ -200,3 +228,6 @@ dispatch!(q8_0, GgmlType::Q8_0, q8_avx2);
 dispatch!(q4_0_vnni, GgmlType::Q4_0, q4_vnni, false);
 dispatch!(q4_1_vnni, GgmlType::Q4_1, q4_vnni, true);
 dispatch!(q8_0_vnni, GgmlType::Q8_0, q8_vnni);
+dispatch!(q4_0_evex, GgmlType::Q4_0, q4_evex, false);
+dispatch!(q4_1_evex, GgmlType::Q4_1, q4_evex, true);
+dispatch!(q8_0_evex, GgmlType::Q8_0, q8_evex);

@@ -132,14 +132,17 @@ fn group_fn(ty: GgmlType, isa: Isa) -> GroupFn {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 && isa.is_available() {
         use crate::avx2_packed as k;
-        // AVX-VNNI where present: one instruction for the 4-product integer sums, same integers.
-        return match (ty, k::has_vnni()) {
-            (GgmlType::Q4_1, false) => k::q4_1,
-            (GgmlType::Q8_0, false) => k::q8_0,
-            (_, false) => k::q4_0,
-            (GgmlType::Q4_1, true) => k::q4_1_vnni,
-            (GgmlType::Q8_0, true) => k::q8_0_vnni,
-            (_, true) => k::q4_0_vnni,
+        // VNNI where present: one instruction for the 4-product integer sums, same integers.
+        return match (ty, k::dot_level()) {
+            (GgmlType::Q4_1, k::EVEX) => k::q4_1_evex,
+            (GgmlType::Q8_0, k::EVEX) => k::q8_0_evex,
+            (_, k::EVEX) => k::q4_0_evex,
+            (GgmlType::Q4_1, k::VEX) => k::q4_1_vnni,
+            (GgmlType::Q8_0, k::VEX) => k::q8_0_vnni,
+            (_, k::VEX) => k::q4_0_vnni,
+            (GgmlType::Q4_1, _) => k::q4_1,
+            (GgmlType::Q8_0, _) => k::q8_0,
+            _ => k::q4_0,
         };
     }
     let _ = isa;
@@ -238,9 +241,14 @@ fn group_products(isa: Isa, p: &Packed, g0: usize, rows: &[&[BlockQ8]], ts: &mut
     let nb = p.k / QK;
     let gbytes = nb * chunk_bytes(p.ty).0;
     let kernel = group_fn(p.ty, isa);
-    // Q8_0 keeps 8 accumulators per activation row and re-derives |w|; a second row spills
-    // (measured single-threaded: 0.98 ns per block and row at 1 row, 1.21 at 2).
-    let tile = if p.ty == GgmlType::Q8_0 { 1 } else { TILE };
+    // Q8_0 keeps 8 accumulators per activation row and re-derives |w|; with 16 vector registers
+    // a second row spills (measured single-threaded: 0.98 ns per block and row at 1 row, 1.21 at
+    // 2), so each row streams the weight once. The EVEX kernels have 32 registers.
+    let tile = if p.ty == GgmlType::Q8_0 && !wide_registers(isa) {
+        1
+    } else {
+        TILE
+    };
     for (o, t) in ts.chunks_exact_mut(m * ROWS).enumerate() {
         let g = g0 + o;
         let gw = &p.data[g * gbytes..(g + 1) * gbytes];
@@ -255,6 +263,16 @@ fn group_products(isa: Isa, p: &Packed, g0: usize, rows: &[&[BlockQ8]], ts: &mut
             j += take;
         }
     }
+}
+
+/// Whether the group kernels for `isa` have 32 vector registers (the AVX-512 EVEX forms).
+fn wide_registers(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.is_available() {
+        return crate::avx2_packed::dot_level() == crate::avx2_packed::EVEX;
+    }
+    let _ = isa;
+    false
 }
 
 /// Groups per parallel task: enough tasks to balance the pool, each at least ~1 K block products
