@@ -99,6 +99,22 @@ impl Isa {
     }
 }
 
+/// The instruction set the products run with, for reports: the [`Isa`], plus the packed kernels'
+/// dot-product form on x86-64 (`avx2+avxvnni`, `avx2+avx512vnni`).
+pub fn describe() -> String {
+    let isa = Isa::detect();
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 {
+        return match avx2_packed::dot_level() {
+            avx2_packed::EVEX => "avx2+avx512vnni",
+            avx2_packed::VEX => "avx2+avxvnni",
+            _ => "avx2",
+        }
+        .to_string();
+    }
+    isa.name().to_string()
+}
+
 /// The activation format paired with a weight type, or `None` without a kernel.
 pub fn act_kind(ty: GgmlType) -> Option<ActKind> {
     use GgmlType::*;

@@ -171,7 +171,7 @@ impl BackendTask for Task {
             let v = serde_json::json!({
                 "model": m.info.path.display().to_string(),
                 "backend": self.kind.name(),
-                "kernels": cinder::backends::kernels::Isa::detect().name(),
+                "kernels": cinder::backends::kernels::describe(),
                 "reps": reps,
                 // the longest prompt test and the generation test, as single figures
                 "pp_tokens": longest, "pp_tps": pp.last().map(|v| median(v.clone())).unwrap_or(0.0),
@@ -191,7 +191,7 @@ impl BackendTask for Task {
                 "model: {}  backend: {}  threads: {threads}  kernels: {}",
                 m.info.path.display(),
                 self.kind,
-                cinder::backends::kernels::Isa::detect().name()
+                cinder::backends::kernels::describe()
             );
             for (name, v) in &tests {
                 println!(
