@@ -75,7 +75,7 @@ unsafe fn hsum_quads(a: &[__m256; 8]) -> __m256 {
 }
 
 /// 4-bit formats: `OFFSET` is Q4_1 (`+m·sx` per block), otherwise Q4_0 (`-8·Σx` per quad).
-/// Inlined into [`q4_avx2`] / [`q4_vnni`], which set the instruction set.
+/// Inlined into [`q4_avx2`], [`q4_vnni`] and [`q4_evex`], which set the instruction set.
 #[inline(always)]
 unsafe fn q4<const J: usize, const OFFSET: bool, const K: u8>(
     gw: &[u8],
