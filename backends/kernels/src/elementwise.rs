@@ -1,6 +1,6 @@
-//! Element-wise activations of the feed-forward block, fused: SwiGLU's `silu(g) · u` in one pass
-//! over the host buffers, parallel over chunks, instead of Burn's separate sigmoid, multiply and
-//! multiply (each allocating a tensor and running on one thread).
+//! Row-local ops of the decoder block, fused over the host buffers and parallel over chunks:
+//! SwiGLU's `silu(g) · u` in one pass instead of Burn's separate sigmoid, multiply and multiply
+//! (each allocating a tensor and running on one thread), and the RMS norm ([`rms_norm`]).
 //!
 //! The arithmetic is exactly what Burn's CPU backends compute for `silu(g) * u` (the numerically
 //! stable sigmoid with the C library's `expf`, then two products), so fusing changes no output bit.
