@@ -4,7 +4,8 @@
 //!
 //! - Sticky sessions: every turn of a session lands on one replica (`X-Cinder-Replica`), and the
 //!   aggregate prefix-cache hit rate beats nginx round-robin (the same file without its `hash`
-//!   line) on the same workload, both measured here from the replicas' `/metrics`.
+//!   line) on the same workload, both measured here from the replicas' `/metrics` — by 3× or
+//!   more with one client (`CINDER_SCALE_CLIENTS` sets more; see the bar's comment below).
 //! - Failure: a replica killed (SIGKILL) mid-run moves only its own sessions, they succeed on their
 //!   next request, and no request sent after the kill fails.
 //!
@@ -25,14 +26,16 @@ static ONE_CLUSTER: Mutex<()> = Mutex::new(());
 
 const SESSIONS: usize = 30;
 const TURNS: usize = 4;
-const MAX_TOKENS: u64 = 16;
+/// Reply length cap: a short chat answer (SmolLM2's greedy answers here run 20–64 tokens).
+const MAX_TOKENS: u64 = 64;
 
-fn clients() -> usize {
+/// Concurrent clients: `CINDER_SCALE_CLIENTS`, else `default`.
+fn clients(default: usize) -> usize {
     std::env::var("CINDER_SCALE_CLIENTS")
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|&n| n > 0)
-        .unwrap_or(3)
+        .unwrap_or(default)
 }
 
 struct Cluster {
@@ -249,12 +252,12 @@ struct RunResult {
     hit_rate: f64,
 }
 
-/// Runs `f(session)` for every session, `clients()` client threads at a time, each taking the
+/// Runs `f(session)` for every session, `clients` client threads at a time, each taking the
 /// next session when it is done with one.
-fn each_session(f: impl Fn(usize) + Sync) {
+fn each_session(clients: usize, f: impl Fn(usize) + Sync) {
     let next = AtomicUsize::new(0);
     std::thread::scope(|s| {
-        for _ in 0..clients() {
+        for _ in 0..clients {
             s.spawn(|| {
                 loop {
                     let session = next.fetch_add(1, Ordering::Relaxed);
@@ -271,10 +274,10 @@ fn each_session(f: impl Fn(usize) + Sync) {
 /// One session's outcome: its index, the replica and the TTFT of each turn.
 type SessionRun = (usize, Vec<String>, Vec<Duration>);
 
-/// 30 sessions × 4 turns, `clients()` users at a time, each going through one session's turns in order.
-fn run_workload(c: &Cluster) -> RunResult {
+/// 30 sessions × 4 turns, `clients` users at a time, each going through one session's turns in order.
+fn run_workload(c: &Cluster, clients: usize) -> RunResult {
     let results: Mutex<Vec<SessionRun>> = Mutex::new(Vec::new());
-    each_session(|session| {
+    each_session(clients, |session| {
         let mut messages = Vec::new();
         let mut replicas = Vec::new();
         let mut ttfts = Vec::new();
@@ -317,13 +320,14 @@ fn p90_ms(v: &[Duration]) -> f64 {
 #[test]
 fn sticky_sessions_stay_on_one_replica_and_hit_the_prefix_cache_more_than_round_robin() {
     let _one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
+    let clients = clients(1);
     let sticky = {
         let c = Cluster::start(3, "session");
-        run_workload(&c)
+        run_workload(&c, clients)
     };
     let rr = {
         let c = Cluster::start(3, "round-robin");
-        run_workload(&c)
+        run_workload(&c, clients)
     };
     for (s, reps) in sticky.placement.iter().enumerate() {
         assert!(
@@ -345,7 +349,7 @@ fn sticky_sessions_stay_on_one_replica_and_hit_the_prefix_cache_more_than_round_
          sticky: sessions per replica {per_replica:?}, prefix-cache hit rate {:.3}, TTFT median {:.0} ms p90 {:.0} ms\n  \
          round-robin: {rr_moves} of {} turn changes moved replica, hit rate {:.3}, TTFT median {:.0} ms p90 {:.0} ms\n  \
          ratio {:.2}x",
-        clients(),
+        clients,
         sticky.hit_rate,
         median_ms(&sticky.ttfts),
         p90_ms(&sticky.ttfts),
@@ -365,6 +369,18 @@ fn sticky_sessions_stay_on_one_replica_and_hit_the_prefix_cache_more_than_round_
         sticky.hit_rate,
         rr.hit_rate
     );
+    // The issue's bar (3x) holds for round-robin proper: one client, so each turn goes to the next
+    // replica and only turn 4 finds an earlier turn (turn 1) of its session. Concurrent clients
+    // make round-robin's placement effectively random; with 3 replicas and 4 turns a random
+    // placement keeps about a third of the reuse, which bounds the ratio near 2.1x (docs/perf.md).
+    if clients == 1 {
+        assert!(
+            sticky.hit_rate >= 3.0 * rr.hit_rate,
+            "sticky hit rate {:.3} is under 3x round-robin's {:.3}",
+            sticky.hit_rate,
+            rr.hit_rate
+        );
+    }
 }
 
 /// One request of the failure run.
@@ -384,10 +400,11 @@ fn a_killed_replica_moves_only_its_sessions_and_no_unstarted_request_fails() {
     let outcomes: Mutex<Vec<Outcome>> = Mutex::new(Vec::new());
     let killed: Mutex<Option<(String, Instant)>> = Mutex::new(None);
     let victim = "replica-2";
+    let clients = clients(3);
 
-    // Turn-major: every session's turn t, `clients()` at a time; the kill lands in turn 3.
+    // Turn-major: every session's turn t, `clients` at a time; the kill lands in turn 3.
     for turn in 0..TURNS {
-        each_session(|session| {
+        each_session(clients, |session| {
             if turn == 2 && session == SESSIONS / 3 {
                 let mut k = killed.lock().expect("killed");
                 if k.is_none() {
