@@ -8,6 +8,7 @@
 
 mod common;
 
+use burn::tensor::{Int, Tensor, TensorData};
 use cinder::backends::BackendKind;
 use cinder::models::embed::SentenceEmbedder;
 use cinder::prelude::*;
@@ -94,9 +95,74 @@ fn check<B: InferenceBackend>(
         let norm: f64 = g.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
         assert!((norm - 1.0).abs() < 1e-4, "not normalized: {norm}");
     }
-    // One at a time gives the same vectors as the padded batch.
+    // One at a time gives the same vectors as the batch.
     let alone = e.embed(&texts[..1], true).expect("embed one");
     assert!(cosine(&alone[0], &got[0]) > 0.99999);
+    packed_matches_padded(e, ids);
+}
+
+/// `embed` runs the batch packed without padding ([`Bert::forward_packed`]); the padded form with
+/// its attention mask ([`Bert::forward`]) must give the same hidden state for every real token.
+fn packed_matches_padded<B: InferenceBackend>(e: &SentenceEmbedder<B>, ids: &[Vec<u32>]) {
+    let device = e.device().clone();
+    let (b, t) = (ids.len(), ids.iter().map(Vec::len).max().unwrap_or(0));
+    let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
+    assert!(
+        lengths.iter().any(|&l| l < t),
+        "the reference sentences differ in length, so the padded batch has padding"
+    );
+    let (mut padded, mut mask) = (vec![0i64; b * t], vec![0f32; b * t]);
+    for (s, seq) in ids.iter().enumerate() {
+        for (i, &id) in seq.iter().enumerate() {
+            padded[s * t + i] = i64::from(id);
+            mask[s * t + i] = 1.0;
+        }
+    }
+    let flat: Vec<i64> = ids.iter().flatten().map(|&id| i64::from(id)).collect();
+    let n = flat.len();
+    let m = e.model();
+    let pad_out = m.forward(
+        Tensor::<B, 2, Int>::from_data(TensorData::new(padded, [b, t]), &device),
+        Tensor::<B, 2, Int>::zeros([b, t], &device),
+        Tensor::<B, 2>::from_data(TensorData::new(mask, [b, t]), &device),
+    );
+    let packed_out = m.forward_packed(
+        Tensor::<B, 1, Int>::from_data(TensorData::new(flat, [n]), &device),
+        Tensor::<B, 1, Int>::zeros([n], &device),
+        &lengths,
+    );
+    let d = e.model().config().hidden_size;
+    let pad_v = pad_out
+        .into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .expect("padded");
+    let packed_v = packed_out
+        .into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .expect("packed");
+    let mut worst = 0.0f32;
+    let mut row = 0;
+    for (s, &len) in lengths.iter().enumerate() {
+        for i in 0..len {
+            let a = &pad_v[(s * t + i) * d..(s * t + i + 1) * d];
+            let p = &packed_v[row * d..(row + 1) * d];
+            for (x, y) in a.iter().zip(p) {
+                worst = worst.max((x - y).abs());
+            }
+            row += 1;
+        }
+    }
+    eprintln!(
+        "{}: packed vs padded hidden states, max |diff| {worst:.2e}",
+        e.name()
+    );
+    assert!(
+        worst < 1e-3,
+        "{}: packed and padded forwards differ by {worst}",
+        e.name()
+    );
 }
 
 struct SafeTensorsCheck(BackendKind);

@@ -6,10 +6,15 @@
 //! these element-wise and reduction ops run on one thread, and on a 2-core machine that left a
 //! sentence-embedding batch keeping only ~1.2 cores busy. The fused attention also skips the
 //! head split/merge copies and the padded keys.
+//!
+//! The packed form ([`generic_encoder_attention_packed`], [`host_encoder_attention_packed`])
+//! takes a batch with its padding removed: the sequences' tokens back to back, `[n, width]`, and
+//! their lengths. Every per-token layer then runs on the `n` real tokens only (a batch of 32
+//! sentences padded to its longest is about half padding).
 
 use burn::tensor::activation::{gelu, softmax};
 use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use rayon::prelude::*;
 
 use cinder_kernels::attn::dot;
@@ -58,6 +63,52 @@ pub fn generic_encoder_attention<B: Backend>(
         .matmul(split(v))
         .swap_dims(1, 2)
         .reshape([b, t, width])
+}
+
+/// Row `s·t + i` of the padded `[b·t, ..]` layout for each real token `i < lengths[s]`, in order,
+/// and the `[b·t]` key mask (1 token, 0 padding), with `t` the longest length.
+pub fn packed_index(lengths: &[usize]) -> (Vec<i64>, Vec<f32>, usize) {
+    let t = lengths.iter().copied().max().unwrap_or(0);
+    let mut idx = Vec::with_capacity(lengths.iter().sum());
+    let mut mask = vec![0.0f32; lengths.len() * t];
+    for (s, &len) in lengths.iter().enumerate() {
+        for i in 0..len {
+            idx.push((s * t + i) as i64);
+            mask[s * t + i] = 1.0;
+        }
+    }
+    (idx, mask, t)
+}
+
+/// [`generic_encoder_attention`] on a packed batch: `q`, `k`, `v` `[n, heads·hd]` hold the
+/// sequences' tokens back to back (`lengths` sum to `n`); each token attends to its own sequence.
+/// Scatters to the padded layout, attends with the mask, gathers back -> `[n, heads·hd]`.
+pub fn generic_encoder_attention_packed<B: Backend>(
+    q: Tensor<B, 2>,
+    k: Tensor<B, 2>,
+    v: Tensor<B, 2>,
+    lengths: &[usize],
+    heads: usize,
+) -> Tensor<B, 2> {
+    let [n, width] = q.dims();
+    let device = q.device();
+    let (idx, mask, t) = packed_index(lengths);
+    assert_eq!(
+        idx.len(),
+        n,
+        "encoder_attention_packed: lengths do not sum to the rows"
+    );
+    let b = lengths.len();
+    let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [n]), &device);
+    let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [b, t]), &device);
+    let pad = |x: Tensor<B, 2>| {
+        Tensor::<B, 2>::zeros([b * t, width], &device)
+            .select_assign(0, idx.clone(), x, IndexingUpdateOp::Add)
+            .reshape([b, t, width])
+    };
+    generic_encoder_attention(pad(q), pad(k), pad(v), mask, heads)
+        .reshape([b * t, width])
+        .select(0, idx)
 }
 
 /// A tensor's values on the host as f32 (the host backends' ops and kernels read them from here).
@@ -244,6 +295,86 @@ fn small_gemm(
     }
 }
 
+/// One head of one sequence whose keys are rows `0..keys` (contiguous, no padding among them):
+/// `out [rows, hd] = softmax(Q_h Kᵀ_h · scale) V_h`, with Q/K/V read in place from `[.., width]`
+/// buffers at `at` (the sequence's first row plus the head's column), by two small gemms.
+fn attend_head(
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    out: &mut [f32],
+    at: usize,
+    (rows, keys): (usize, usize),
+    (width, hd): (usize, usize),
+    scale: f32,
+) {
+    let mut p = vec![0.0f32; rows * keys];
+    // scores [rows, keys] = Q_h [rows, hd] · K_hᵀ [hd, keys]
+    small_gemm(
+        (rows, keys, hd),
+        &mut p,
+        (q, at, width, 1),
+        (k, at, 1, width),
+    );
+    for row in p.chunks_exact_mut(keys.max(1)) {
+        softmax_row(row, scale);
+    }
+    // out [rows, hd] = P [rows, keys] · V_h [keys, hd]
+    small_gemm((rows, hd, keys), out, (&p, 0, keys, 1), (v, at, width, 1));
+}
+
+/// [`crate::InferenceBackend::encoder_attention_packed`] on the host: one task per (sequence,
+/// head), each a pair of small gemms over that sequence's rows of the packed `[n, width]` buffers.
+pub fn host_encoder_attention_packed<B: Backend>(
+    q: Tensor<B, 2>,
+    k: Tensor<B, 2>,
+    v: Tensor<B, 2>,
+    lengths: &[usize],
+    heads: usize,
+) -> Tensor<B, 2> {
+    let [n, width] = q.dims();
+    assert_eq!(
+        lengths.iter().sum::<usize>(),
+        n,
+        "encoder_attention_packed: lengths do not sum to the rows"
+    );
+    let device = q.device();
+    let hd = width / heads;
+    let (q, k, v) = (host_values(q), host_values(k), host_values(v));
+    let scale = 1.0 / (hd as f32).sqrt();
+    let starts: Vec<usize> = lengths
+        .iter()
+        .scan(0, |acc, &l| {
+            let s = *acc;
+            *acc += l;
+            Some(s)
+        })
+        .collect();
+    let parts: Vec<(usize, usize, Vec<f32>)> = (0..lengths.len() * heads)
+        .into_par_iter()
+        .map(|job| {
+            let (s, h) = (job / heads, job % heads);
+            let len = lengths[s];
+            let mut out = vec![0.0f32; len * hd];
+            attend_head(
+                (&q, &k, &v),
+                &mut out,
+                starts[s] * width + h * hd,
+                (len, len),
+                (width, hd),
+                scale,
+            );
+            (s, h, out)
+        })
+        .collect();
+    let mut ctx = vec![0.0f32; n * width];
+    for (s, h, out) in parts {
+        for (i, row) in out.chunks_exact(hd).enumerate() {
+            let o = (starts[s] + i) * width + h * hd;
+            ctx[o..o + hd].copy_from_slice(row);
+        }
+    }
+    Tensor::from_data(TensorData::new(ctx, [n, width]), &device)
+}
+
 /// Host attention: one task per (sequence, head); each query attends to that sequence's unpadded
 /// keys only (what the generic form's -1e9 bias gives after the softmax, without the wasted work).
 pub fn host_encoder_attention<B: Backend>(
@@ -274,24 +405,13 @@ pub fn host_encoder_attention<B: Backend>(
             // Right padding (the usual case): the real keys are rows 0..n, so both products are
             // small gemms read in place from the [t, heads·hd] buffers.
             if keys.iter().enumerate().all(|(i, &j)| i == j) {
-                let n = keys.len();
-                let mut p = vec![0.0f32; t * n];
-                // scores [t, n] = Q_h [t, hd] · K_hᵀ [hd, n]
-                small_gemm(
-                    (t, n, hd),
-                    &mut p,
-                    (&q, base + col, width, 1),
-                    (&k, base + col, 1, width),
-                );
-                for row in p.chunks_exact_mut(n.max(1)) {
-                    softmax_row(row, scale);
-                }
-                // out [t, hd] = P [t, n] · V_h [n, hd]
-                small_gemm(
-                    (t, hd, n),
+                attend_head(
+                    (&q, &k, &v),
                     &mut out,
-                    (&p, 0, n, 1),
-                    (&v, base + col, width, 1),
+                    base + col,
+                    (t, keys.len()),
+                    (width, hd),
+                    scale,
                 );
                 return (s, h, out);
             }

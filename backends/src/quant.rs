@@ -206,6 +206,19 @@ pub trait InferenceBackend: Backend {
     ) -> Tensor<Self, 3> {
         crate::encoder::generic_encoder_attention(q, k, v, mask, heads)
     }
+
+    /// [`InferenceBackend::encoder_attention`] on a batch packed without padding: `q`, `k`, `v`
+    /// `[n, heads·hd]` hold the sequences' tokens back to back (`lengths` sum to `n`, each ≥ 1);
+    /// each token attends to the tokens of its own sequence -> `[n, heads·hd]`.
+    fn encoder_attention_packed(
+        q: Tensor<Self, 2>,
+        k: Tensor<Self, 2>,
+        v: Tensor<Self, 2>,
+        lengths: &[usize],
+        heads: usize,
+    ) -> Tensor<Self, 2> {
+        crate::encoder::generic_encoder_attention_packed(q, k, v, lengths, heads)
+    }
 }
 
 /// A prepared weight with its backend type erased, so a Burn `Module` can hold it as a plain
@@ -554,6 +567,15 @@ macro_rules! host_backend {
                 heads: usize,
             ) -> Tensor<Self, 3> {
                 crate::encoder::host_encoder_attention(q, k, v, mask, heads)
+            }
+            fn encoder_attention_packed(
+                q: Tensor<Self, 2>,
+                k: Tensor<Self, 2>,
+                v: Tensor<Self, 2>,
+                lengths: &[usize],
+                heads: usize,
+            ) -> Tensor<Self, 2> {
+                crate::encoder::host_encoder_attention_packed(q, k, v, lengths, heads)
             }
         }
     };

@@ -8,7 +8,7 @@
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::tensor::activation::relu;
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{Int, Tensor, TensorData};
 use cinder_runtime::InferenceBackend;
 use cinder_runtime::quant::QLinear;
 use serde::{Deserialize, Serialize};
@@ -303,6 +303,55 @@ impl<B: InferenceBackend> Bert<B> {
                 l.k.forward(x.clone()),
                 l.v.forward(x.clone()),
                 mask.clone(),
+                heads,
+            );
+            x = l.attn_norm.forward(x + l.o.forward(ctx));
+            let h = l.up.forward(x.clone());
+            let h = match self.config.activation {
+                BertActivation::Gelu => B::encoder_gelu(h),
+                BertActivation::GeluTanh => gelu_tanh(h),
+                BertActivation::Relu => relu(h),
+            };
+            x = l.ffn_norm.forward(x + l.down.forward(h));
+        }
+        x
+    }
+
+    /// [`Bert::forward`] on a batch packed without padding: the sequences' tokens back to back.
+    ///
+    /// `ids`, `type_ids` `[n]`, `lengths` the sequences' lengths in order (each in
+    /// `1..=max_position_embeddings`, summing to `n`) -> `[n, hidden]`. Every per-token layer
+    /// (projections, feed-forward, norms) runs on the `n` real tokens only, and attention stays
+    /// within each sequence ([`InferenceBackend::encoder_attention_packed`]). Same values as the
+    /// padded form's real rows.
+    pub fn forward_packed(
+        &self,
+        ids: Tensor<B, 1, Int>,
+        type_ids: Tensor<B, 1, Int>,
+        lengths: &[usize],
+    ) -> Tensor<B, 2> {
+        let [n] = ids.dims();
+        let heads = self.config.num_heads;
+        let device = ids.device();
+        // each token's position within its own sequence
+        let positions: Vec<i64> = lengths.iter().flat_map(|&l| 0..l as i64).collect();
+        assert_eq!(
+            positions.len(),
+            n,
+            "forward_packed: lengths do not sum to the tokens"
+        );
+        let positions = Tensor::<B, 1, Int>::from_data(TensorData::new(positions, [n]), &device);
+        // [n, d]
+        let x =
+            self.word.rows(ids) + self.position.rows(positions) + self.token_type.rows(type_ids);
+        let mut x = self.emb_norm.forward(x);
+        for l in &self.layers {
+            // [n, heads·hd] each
+            let ctx = B::encoder_attention_packed(
+                l.q.forward(x.clone()),
+                l.k.forward(x.clone()),
+                l.v.forward(x.clone()),
+                lengths,
                 heads,
             );
             x = l.attn_norm.forward(x + l.o.forward(ctx));

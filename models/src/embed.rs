@@ -2,9 +2,9 @@
 //! sentence-transformers recipe.
 //!
 //! Inputs are tokenized together, sorted by length and run in batches of at most
-//! [`SentenceEmbedder::max_batch`] sequences, each padded only to its own longest member (the
-//! shipped `tokenizer.json` of all-MiniLM-L6-v2 pads every input to 128 tokens; that setting is
-//! replaced, and the attention mask keeps padding out of attention and pooling). Results come back
+//! [`SentenceEmbedder::max_batch`] sequences. A batch is not padded at all: its sequences are
+//! packed back to back and each attends only to itself (the shipped `tokenizer.json` of
+//! all-MiniLM-L6-v2 pads every input to 128 tokens; that setting is replaced). Results come back
 //! in input order.
 
 use std::path::Path;
@@ -164,6 +164,11 @@ impl<B: InferenceBackend> SentenceEmbedder<B> {
         &self.model
     }
 
+    /// The device the encoder runs on.
+    pub fn device(&self) -> &B::Device {
+        &self.device
+    }
+
     /// Token ids of one text (with `[CLS]`/`[SEP]`, truncated, no padding).
     pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
         let e = self
@@ -221,7 +226,7 @@ impl<B: InferenceBackend> SentenceEmbedder<B> {
     }
 
     /// Embeds already-tokenized sequences (each with its special tokens, no padding): one forward
-    /// pass, padded to the longest.
+    /// pass over the sequences packed back to back ([`Bert::forward_packed`]: no padding rows).
     pub fn embed_ids(
         &self,
         ids: &[Vec<u32>],
@@ -240,9 +245,17 @@ impl<B: InferenceBackend> SentenceEmbedder<B> {
                 cfg.max_position_embeddings
             )));
         }
-        let (mut flat_ids, mut flat_types, mut flat_mask) =
-            (vec![0i64; b * t], vec![0i64; b * t], vec![0f32; b * t]);
-        for (r, (seq, types)) in ids.iter().zip(type_ids).enumerate() {
+        // Packed without padding: the sequences' tokens back to back, `[n]`.
+        let lengths: Vec<usize> = ids.iter().map(Vec::len).collect();
+        let n: usize = lengths.iter().sum();
+        let (mut flat_ids, mut flat_types) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for (seq, types) in ids.iter().zip(type_ids) {
+            if seq.is_empty() {
+                return Err(input_err(
+                    "an empty token sequence (every input keeps at least its special tokens)"
+                        .into(),
+                ));
+            }
             for (c, &id) in seq.iter().enumerate() {
                 if id as usize >= cfg.vocab_size {
                     return Err(input_err(format!(
@@ -254,27 +267,41 @@ impl<B: InferenceBackend> SentenceEmbedder<B> {
                 if ty as usize >= cfg.type_vocab_size {
                     return Err(input_err(format!("token type {ty} is out of range")));
                 }
-                flat_ids[r * t + c] = i64::from(id);
-                flat_types[r * t + c] = i64::from(ty);
-                flat_mask[r * t + c] = 1.0;
+                flat_ids.push(i64::from(id));
+                flat_types.push(i64::from(ty));
             }
         }
         let dev = &self.device;
-        let ids_t = Tensor::<B, 2, Int>::from_data(TensorData::new(flat_ids, [b, t]), dev);
-        let types_t = Tensor::<B, 2, Int>::from_data(TensorData::new(flat_types, [b, t]), dev);
-        let mask = Tensor::<B, 2>::from_data(TensorData::new(flat_mask, [b, t]), dev);
-        // [b, t, d]
-        let h = self.model.forward(ids_t, types_t, mask.clone());
-        let d = cfg.hidden_size;
+        let ids_t = Tensor::<B, 1, Int>::from_data(TensorData::new(flat_ids, [n]), dev);
+        let types_t = Tensor::<B, 1, Int>::from_data(TensorData::new(flat_types, [n]), dev);
+        // [n, d]: only real tokens go through the encoder
+        let h = self.model.forward_packed(ids_t, types_t, &lengths);
         // [b, d]
         let pooled = match self.pooling {
             Pooling::Mean => {
-                let m = mask.clone().unsqueeze_dim::<3>(2);
-                let sum = (h * m).sum_dim(1).reshape([b, d]);
-                let count = mask.sum_dim(1).clamp_min(1e-9);
-                sum / count
+                // [b, n]: row s averages sequence s's tokens
+                let mut avg = vec![0.0f32; b * n];
+                let mut at = 0;
+                for (s, &len) in lengths.iter().enumerate() {
+                    avg[s * n + at..s * n + at + len].fill(1.0 / len as f32);
+                    at += len;
+                }
+                Tensor::<B, 2>::from_data(TensorData::new(avg, [b, n]), dev).matmul(h)
             }
-            Pooling::Cls => h.narrow(1, 0, 1).reshape([b, d]),
+            Pooling::Cls => {
+                let starts: Vec<i64> = lengths
+                    .iter()
+                    .scan(0i64, |at, &len| {
+                        let s = *at;
+                        *at += len as i64;
+                        Some(s)
+                    })
+                    .collect();
+                h.select(
+                    0,
+                    Tensor::<B, 1, Int>::from_data(TensorData::new(starts, [b]), dev),
+                )
+            }
         };
         let pooled = if normalize {
             // sentence-transformers' Normalize: x / max(‖x‖, 1e-12)
@@ -292,6 +319,9 @@ impl<B: InferenceBackend> SentenceEmbedder<B> {
         let values = data
             .as_slice::<f32>()
             .map_err(|e| input_err(format!("reading embeddings: {e:?}")))?;
-        Ok(values.chunks_exact(d).map(<[f32]>::to_vec).collect())
+        Ok(values
+            .chunks_exact(cfg.hidden_size)
+            .map(<[f32]>::to_vec)
+            .collect())
     }
 }
