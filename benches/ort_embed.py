@@ -3,7 +3,10 @@
 Runs an ONNX BERT export on the same sentences, batch sizes and thread count as `cinder bench-embed`:
 batches in file order, padded to the batch's longest, mean pooling over the mask, L2 normalization
 (in numpy, counted in the time). Prints `batch B: S sentences/s (median of R)`.
-usage: python3 benches/ort_embed.py MODEL.onnx TOKENIZER.json SENTENCES.txt THREADS BATCHES SENTENCES REPS
+With `sorted` last, all the sentences are sorted by length first and cut into batches of B
+(sentence-transformers' `encode` does this, by characters: each batch then pads little), as `cinder
+bench-embed --sorted` does (by tokens); the sort is counted in the time.
+usage: python3 benches/ort_embed.py MODEL.onnx TOKENIZER.json SENTENCES.txt THREADS BATCHES SENTENCES REPS [sorted]
 """
 import statistics, sys, time
 import numpy as np
@@ -11,6 +14,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 model, tok_path, file, threads, batches, n, reps = sys.argv[1:8]
+sort = sys.argv[8:9] == ["sorted"]
 threads, n, reps = int(threads), int(n), int(reps)
 lines = [l for l in open(file, encoding="utf-8").read().splitlines() if l.strip()]
 texts = [lines[i % len(lines)] for i in range(n)]
@@ -42,7 +46,17 @@ for b in [int(x) for x in batches.split(",")]:
     rates = []
     for _ in range(reps):
         t = time.perf_counter()
-        for i in range(0, n, b):
-            embed(texts[i : i + b])
+        if sort:
+            # sentence-transformers sorts by the text's length in characters
+            order = sorted(range(n), key=lambda i: len(texts[i]))
+            out = [None] * n
+            for i in range(0, n, b):
+                idx = order[i : i + b]
+                for j, v in zip(idx, embed([texts[j] for j in idx])):
+                    out[j] = v
+        else:
+            for i in range(0, n, b):
+                embed(texts[i : i + b])
         rates.append(n / (time.perf_counter() - t))
-    print(f"onnxruntime {ort.__version__:<20} batch {b:>3}: {statistics.median(rates):>8.1f} sentences/s (median of {reps})")
+    tag = f"{b:>3}" + (" sorted" if sort else "")
+    print(f"onnxruntime {ort.__version__:<20} batch {tag}: {statistics.median(rates):>8.1f} sentences/s (median of {reps})")

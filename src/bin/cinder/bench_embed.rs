@@ -28,6 +28,11 @@ pub struct BenchEmbedArgs {
     /// Print one JSON line per batch size.
     #[arg(long)]
     pub json: bool,
+    /// Embed all the sentences in one call, sorted by length and cut into batches of the batch
+    /// size (an offline corpus, as sentence-transformers' `encode` does), instead of one call per
+    /// batch in file order (clients sending requests of that many texts).
+    #[arg(long)]
+    pub sorted: bool,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -63,9 +68,14 @@ impl BackendTask for BenchEmbedTask {
             let mut rates = Vec::new();
             for _ in 0..a.reps {
                 let t = Instant::now();
-                // Batches of `b` in file order, as a client sending requests of `b` texts would.
-                for chunk in texts.chunks(b) {
-                    e.embed(chunk, true)?;
+                if a.sorted {
+                    // `embed` sorts by length and runs batches of at most `b`.
+                    e.embed(&texts, true)?;
+                } else {
+                    // Batches of `b` in file order, as a client sending requests of `b` texts would.
+                    for chunk in texts.chunks(b) {
+                        e.embed(chunk, true)?;
+                    }
                 }
                 rates.push(texts.len() as f64 / t.elapsed().as_secs_f64());
             }
@@ -73,13 +83,15 @@ impl BackendTask for BenchEmbedTask {
             if a.json {
                 println!(
                     "{}",
-                    serde_json::json!({"model": a.model, "batch": b, "sentences_per_s": med,
-                        "reps": rates})
+                    serde_json::json!({"model": a.model, "batch": b, "sorted": a.sorted,
+                        "sentences_per_s": med, "reps": rates})
                 );
             } else {
                 println!(
-                    "{:<32} batch {b:>3}: {med:>8.1} sentences/s (median of {})",
-                    a.model, a.reps
+                    "{:<32} batch {b:>3}{}: {med:>8.1} sentences/s (median of {})",
+                    a.model,
+                    if a.sorted { " sorted" } else { "" },
+                    a.reps
                 );
             }
         }
