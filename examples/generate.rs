@@ -1,6 +1,8 @@
-//! Generate text from the default model on the default backend.
+//! Generate text from the default model.
 //!
-//! `cargo run --release --example generate -- "Your prompt"`
+//! `cargo run --release --example generate -- "Your prompt"` runs on the CPU; add `--features cuda`
+//! or `--features wgpu` to run on that backend (`CINDER_BACKEND=flex|ndarray|candle|wgpu|cuda` picks
+//! one explicitly).
 
 use anyhow::Result;
 use cinder::prelude::*;
@@ -35,7 +37,8 @@ fn main() -> Result<()> {
     let prompt = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "The capital of France is".to_string());
-    let kind = cinder::backends::default_kind()?;
+    let kind = cinder::backends::preferred_kind()?;
+    eprintln!("backend: {kind}");
     cinder::backends::dispatch(kind, Generate { prompt })??;
     Ok(())
 }

@@ -147,6 +147,23 @@ pub fn default_kind() -> Result<BackendKind, BackendError> {
         .ok_or(BackendError::NoneCompiled)
 }
 
+/// The backend a program that takes no `--backend` flag should use: `CINDER_BACKEND` when it is
+/// set (it must name a compiled-in backend), else the first compiled-in accelerator (cuda, then
+/// wgpu), else [`default_kind`]. So `cargo run --example generate --features cuda` runs on CUDA.
+pub fn preferred_kind() -> Result<BackendKind, BackendError> {
+    if let Ok(name) = std::env::var("CINDER_BACKEND") {
+        // `dispatch` refuses a kind that is not compiled in, naming the feature to enable.
+        return name.parse();
+    }
+    match [BackendKind::Cuda, BackendKind::Wgpu]
+        .into_iter()
+        .find(|k| k.is_compiled())
+    {
+        Some(k) => Ok(k),
+        None => default_kind(),
+    }
+}
+
 /// Sets the CPU thread count (rayon's global pool, which flex, ndarray and candle use). Call once, before
 /// the first tensor operation; a second call with a different count is refused.
 pub fn set_threads(threads: usize) -> Result<(), BackendError> {
