@@ -36,10 +36,17 @@ fn main() -> Result<()> {
     }
     let kind = cinder::backends::preferred_kind()?;
     eprintln!("backend: {kind}");
-    let vectors = cinder::backends::dispatch(kind, Embed {
-        texts: texts.clone(),
-    })??;
-    println!("{} vectors of {} dimensions", vectors.len(), vectors[0].len());
+    let vectors = cinder::backends::dispatch(
+        kind,
+        Embed {
+            texts: texts.clone(),
+        },
+    )??;
+    println!(
+        "{} vectors of {} dimensions",
+        vectors.len(),
+        vectors[0].len()
+    );
     for (i, a) in vectors.iter().enumerate() {
         for (j, b) in vectors.iter().enumerate().skip(i + 1) {
             let cos: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
