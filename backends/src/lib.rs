@@ -10,6 +10,8 @@ use std::str::FromStr;
 
 pub mod act;
 pub mod attention;
+#[cfg(feature = "candle")]
+pub mod candle_quant;
 pub mod encoder;
 pub mod quant;
 

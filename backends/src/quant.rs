@@ -56,8 +56,11 @@ impl QWeight {
         }
     }
 
-    #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
-    fn kernel_view(&self) -> Weights<'_> {
+    #[cfg_attr(
+        not(any(feature = "flex", feature = "ndarray", feature = "candle")),
+        allow(dead_code)
+    )]
+    pub(crate) fn kernel_view(&self) -> Weights<'_> {
         Weights {
             ty: self.ty,
             data: &self.data,
@@ -581,27 +584,50 @@ macro_rules! host_backend {
     };
 }
 
-#[allow(unused_macros)] // unused when no GPU backend is compiled in
+/// The generic fallback's row lookup: columns of the stored `Wᵀ`.
+pub fn dense_rows<B: Backend>(w: &DenseQMatrix<B>, ids: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+    w.weight.clone().select(1, ids).transpose()
+}
+
+/// `(n, k)` of a generic-fallback weight.
+pub fn dense_shape<B: Backend>(w: &DenseQMatrix<B>) -> (usize, usize) {
+    let [k, n] = w.weight.dims();
+    (n, k)
+}
+
+/// A backend whose quantized products are the generic fallback's (`dense_backend!(T)`) or its
+/// own (`dense_backend!(T, QMatrix, prepare, matmul, rows, shape)`), with the generic paged KV
+/// store and attention.
+#[allow(unused_macros)] // unused when no such backend is compiled in
 macro_rules! dense_backend {
     ($t:ty) => {
+        dense_backend!(
+            $t,
+            DenseQMatrix<$t>,
+            dense_prepare,
+            dense_matmul,
+            dense_rows,
+            dense_shape
+        );
+    };
+    ($t:ty, $qm:ty, $prepare:path, $matmul:path, $rows:path, $shape:path) => {
         impl InferenceBackend for $t {
-            type QMatrix = DenseQMatrix<$t>;
+            type QMatrix = $qm;
             fn qw_prepare(
                 name: &str,
                 w: QWeight,
                 device: &Self::Device,
             ) -> Result<Self::QMatrix, BackendError> {
-                dense_prepare(name, w, device)
+                $prepare(name, w, device)
             }
             fn qw_matmul(x: Tensor<Self, 2>, w: &Self::QMatrix) -> Tensor<Self, 2> {
-                dense_matmul(x, w)
+                $matmul(x, w)
             }
             fn qw_rows(w: &Self::QMatrix, ids: Tensor<Self, 1, Int>) -> Tensor<Self, 2> {
-                w.weight.clone().select(1, ids).transpose()
+                $rows(w, ids)
             }
             fn qw_shape(w: &Self::QMatrix) -> (usize, usize) {
-                let [k, n] = w.weight.dims();
-                (n, k)
+                $shape(w)
             }
             type KvLayer = DenseKv<$t>;
             const KV_BYTES_PER_VALUE: usize = 4;
@@ -633,7 +659,14 @@ host_backend!(crate::types::Flex);
 #[cfg(feature = "ndarray")]
 host_backend!(crate::types::NdArray);
 #[cfg(feature = "candle")]
-dense_backend!(crate::types::Candle);
+dense_backend!(
+    crate::types::Candle,
+    crate::candle_quant::CandleQMatrix,
+    crate::candle_quant::candle_prepare,
+    crate::candle_quant::candle_matmul,
+    crate::candle_quant::candle_rows,
+    crate::candle_quant::candle_shape
+);
 #[cfg(feature = "wgpu")]
 dense_backend!(crate::types::Wgpu);
 #[cfg(feature = "cuda")]

@@ -1,0 +1,176 @@
+//! The candle backend's quantized matmul: candle's own (`candle_core::quantized::QMatMul`), on the
+//! GGUF blocks as they are, instead of the generic fallback's f32 expansion.
+//!
+//! - **Memory.** candle keeps its own copy of the blocks (Q4_1 stays ~4.5 bits per weight);
+//!   F32/F16/BF16 weights become candle's dense tensor, as `QMatMul` does for them.
+//! - **Arithmetic.** candle's CPU kernels quantize the activations to Q8 blocks and take integer
+//!   dot products, as ggml and the host kernels do (an exact tie rounds away from zero, as in
+//!   ggml's scalar reference, where llama.cpp's x86 path and the host kernels round it to even).
+//!   For F16/BF16 weights the activations are rounded to that type here, as ggml does.
+//! - **Tensors.** burn-candle 0.21 keeps a tensor's inner `candle_core::Tensor` crate-private, so
+//!   the activations `[m, k]` cross as host data (one copy of m·k floats); the result is handed back
+//!   without a copy (`CandleTensor::new`).
+//! - **Row lookups** (tied embeddings) dequantize just the asked rows from the original bytes.
+
+// burn-candle is deprecated upstream (Burn 0.21) but is still one of the backends Cinder serves.
+#![allow(deprecated)]
+
+use std::fmt;
+use std::sync::Arc;
+
+use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
+use burn_candle::{CandleDevice, CandleTensor};
+use candle_core::Module;
+use candle_core::quantized::{GgmlDType, QMatMul, ggml_file::qtensor_from_ggml};
+use cinder_gguf::GgmlType;
+
+use crate::BackendError;
+use crate::quant::QWeight;
+use crate::types::Candle;
+
+/// A weight prepared for candle's quantized matmul.
+#[derive(Clone)]
+pub struct CandleQMatrix {
+    /// The original blocks (row lookups read them; the GGUF mapping keeps them off the heap).
+    w: QWeight,
+    mm: Arc<QMatMul>,
+    device: candle_core::Device,
+}
+
+impl fmt::Debug for CandleQMatrix {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CandleQMatrix({:?})", self.w)
+    }
+}
+
+/// candle's name for a GGUF block type, where candle has kernels for it.
+fn candle_dtype(ty: GgmlType) -> Option<GgmlDType> {
+    Some(match ty {
+        GgmlType::F32 => GgmlDType::F32,
+        GgmlType::F16 => GgmlDType::F16,
+        GgmlType::BF16 => GgmlDType::BF16,
+        GgmlType::Q4_0 => GgmlDType::Q4_0,
+        GgmlType::Q4_1 => GgmlDType::Q4_1,
+        GgmlType::Q5_0 => GgmlDType::Q5_0,
+        GgmlType::Q5_1 => GgmlDType::Q5_1,
+        GgmlType::Q8_0 => GgmlDType::Q8_0,
+        GgmlType::Q2_K => GgmlDType::Q2K,
+        GgmlType::Q3_K => GgmlDType::Q3K,
+        GgmlType::Q4_K => GgmlDType::Q4K,
+        GgmlType::Q5_K => GgmlDType::Q5K,
+        GgmlType::Q6_K => GgmlDType::Q6K,
+        _ => return None,
+    })
+}
+
+fn candle_err(name: &str, e: candle_core::Error) -> BackendError {
+    BackendError::Weight {
+        name: name.to_string(),
+        reason: format!("candle: {e}"),
+    }
+}
+
+/// [`crate::InferenceBackend::qw_prepare`] for candle.
+pub fn candle_prepare(
+    name: &str,
+    w: QWeight,
+    device: &CandleDevice,
+) -> Result<CandleQMatrix, BackendError> {
+    w.validate(name)?;
+    // Types candle or the row lookup cannot read (F64, I8, …) become F32 first.
+    let w = match candle_dtype(w.ty) {
+        Some(_) if cinder_kernels::supports(w.ty) => w,
+        _ => {
+            tracing::debug!(name, ty = w.ty.name(), "no candle kernel: expanding to f32");
+            QWeight::from_f32(&w.dequantize(name)?, w.n, w.k)
+        }
+    };
+    let dtype = candle_dtype(w.ty).ok_or_else(|| BackendError::Weight {
+        name: name.to_string(),
+        reason: format!("{} has no candle type", w.ty.name()),
+    })?;
+    let device = candle_core::Device::from(device.clone());
+    // candle reads the bytes as its block structs, whose alignment is at most 4 (an f32 scale).
+    // GGUF data is 32-byte aligned; anything else is copied into an aligned buffer first.
+    let bytes: &[u8] = &w.data;
+    let aligned: Vec<u32>;
+    let bytes = if (bytes.as_ptr() as usize).is_multiple_of(4) {
+        bytes
+    } else {
+        aligned = bytes
+            .chunks(4)
+            .map(|c| {
+                let mut b = [0u8; 4];
+                b[..c.len()].copy_from_slice(c);
+                u32::from_ne_bytes(b)
+            })
+            .collect();
+        // SAFETY: a u32 buffer viewed as the bytes it holds (at least `bytes.len()` of them).
+        unsafe { std::slice::from_raw_parts(aligned.as_ptr().cast::<u8>(), w.data.len()) }
+    };
+    let q = qtensor_from_ggml(dtype, bytes, vec![w.n, w.k], &device)
+        .map_err(|e| candle_err(name, e))?;
+    let mm = QMatMul::from_qtensor(q).map_err(|e| candle_err(name, e))?;
+    Ok(CandleQMatrix {
+        w,
+        mm: Arc::new(mm),
+        device,
+    })
+}
+
+/// `x` `[m, k]` · `Wᵀ` -> `[m, n]` by candle's quantized matmul.
+pub fn candle_matmul(x: Tensor<Candle, 2>, w: &CandleQMatrix) -> Tensor<Candle, 2> {
+    let [m, k] = x.dims();
+    assert_eq!(
+        k, w.w.k,
+        "qw_matmul: input width {k} for a weight of {} inputs",
+        w.w.k
+    );
+    let mut v = x
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .unwrap_or_default();
+    // candle multiplies F16/BF16 weights as f32; ggml (and the other backends) round the
+    // activations to the weight's type first, so that happens here.
+    match w.w.ty {
+        GgmlType::F16 => v
+            .iter_mut()
+            .for_each(|a| *a = half::f16::from_f32(*a).to_f32()),
+        GgmlType::BF16 => v
+            .iter_mut()
+            .for_each(|a| *a = half::bf16::from_f32(*a).to_f32()),
+        _ => {}
+    }
+    // Shapes were validated when the weight was prepared and just above.
+    let y = candle_core::Tensor::from_vec(v, (m, k), &w.device)
+        .and_then(|xs| w.mm.forward(&xs))
+        .unwrap_or_else(|e| panic!("qw_matmul on validated shapes failed: {e}"));
+    Tensor::from_primitive(TensorPrimitive::Float(CandleTensor::new(y)))
+}
+
+/// Rows `ids` of `W` as f32 `[len, k]`, dequantized from the original blocks.
+pub fn candle_rows(w: &CandleQMatrix, ids: Tensor<Candle, 1, Int>) -> Tensor<Candle, 2> {
+    let device = ids.device();
+    let data = ids.into_data().convert::<i64>();
+    let ids: Vec<usize> = data
+        .as_slice::<i64>()
+        // A negative id becomes an out-of-range index, reported below rather than clamped to row 0.
+        .map(|s| {
+            s.iter()
+                .map(|&i| usize::try_from(i).unwrap_or(usize::MAX))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut out = vec![0.0f32; ids.len() * w.w.k];
+    // An out-of-range id is a caller bug (token ids are checked against the vocabulary upstream).
+    if let Err(e) = cinder_kernels::dequantize_rows(w.w.kernel_view(), &ids, &mut out) {
+        panic!("qw_rows: {e}");
+    }
+    Tensor::from_data(TensorData::new(out, [ids.len(), w.w.k]), &device)
+}
+
+/// `(n, k)` of a prepared weight.
+pub fn candle_shape(w: &CandleQMatrix) -> (usize, usize) {
+    (w.w.n, w.w.k)
+}
