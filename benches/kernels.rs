@@ -1,11 +1,15 @@
-//! Criterion benchmarks: quantized products per weight type against Burn's f32 matmul of the same
-//! shape, on every compiled backend, and one full SmolLM2 decode step.
+//! Criterion benchmarks, on every compiled backend: quantized products per weight type against
+//! Burn's f32 matmul of the same shape, attention over the paged KV cache, and one full SmolLM2
+//! decode step.
 //!
-//! `cargo bench --bench kernels` (add `--features ndarray,candle` for more backends). Shapes are
-//! SmolLM2-135M's FFN up-projection (1536 × 576): m = 1 is decode, m = 64 a prefill chunk.
+//! `cargo bench --bench kernels` (add `--features ndarray,candle,wgpu` for more backends;
+//! `benches/cross_backend.sh` runs every bench on every backend and writes the table in
+//! docs/perf.md). Product shapes are SmolLM2-135M's FFN down-projection (576 × 1536): m = 1 is
+//! decode, m = 64 a prefill chunk. Attention has SmolLM2's heads (9 query, 3 KV, 64 wide).
 
 use burn::tensor::{Tensor, TensorData};
 use cinder::backends::BackendKind;
+use cinder::backends::attention::{AttentionParams, KvShape, PagedBatch, SeqSlice};
 use cinder::gguf::GgmlType;
 use cinder::prelude::*;
 use cinder::runtime::attention::ContiguousKvCache;
@@ -13,8 +17,10 @@ use cinder::runtime::generate::{prefill, token_tensor};
 use cinder::runtime::quant::{QLinear, SharedBytes};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
-const N: usize = 1536;
-const K: usize = 576;
+// SmolLM2-135M's FFN down-projection: 1536 inputs are whole 256-wide super-blocks for the K-quants
+// too (its 576-wide projections are not, which is why llama-quantize stores them as Q5_0/Q8_0).
+const N: usize = 576;
+const K: usize = 1536;
 const TYPES: [GgmlType; 7] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -96,6 +102,69 @@ impl BackendTask for Products<'_> {
     }
 }
 
+struct Attention<'a>(&'a mut Criterion, BackendKind);
+
+impl BackendTask for Attention<'_> {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let (c, kind) = (self.0, self.1);
+        let (heads, kv_heads, hd, block) = (9usize, 3usize, 64usize, 16usize);
+        let mut g = c.benchmark_group(format!("paged_attention_{kind}"));
+        g.sample_size(20);
+        // `seqs` sequences, each decoding one token after `past` cached ones.
+        for (seqs, past) in [(1usize, 255usize), (8, 255)] {
+            let per_seq = (past + 1).div_ceil(block);
+            let shape = KvShape {
+                blocks: seqs * per_seq,
+                block_size: block,
+                kv_heads,
+                head_dim: hd,
+            };
+            let mut kv = B::kv_alloc(shape, &device).expect("KV store");
+            let batch = PagedBatch {
+                block_size: block,
+                seqs: (0..seqs)
+                    .map(|s| SeqSlice {
+                        q_start: s,
+                        q_len: 1,
+                        past,
+                        blocks: (0..per_seq).map(|b| (s * per_seq + b) as u32).collect(),
+                    })
+                    .collect(),
+            };
+            let params = AttentionParams {
+                scale: 1.0 / (hd as f32).sqrt(),
+                sliding_window: None,
+                softcap: None,
+            };
+            let t4 = |h: usize, seed: f32| {
+                let v: Vec<f32> = (0..h * seqs * hd)
+                    .map(|i| (i as f32 * seed).sin())
+                    .collect();
+                Tensor::<B, 4>::from_data(TensorData::new(v, [1, h, seqs, hd]), &device)
+            };
+            let (q, k, v) = (t4(heads, 0.37), t4(kv_heads, 0.53), t4(kv_heads, 0.71));
+            g.throughput(Throughput::Elements(seqs as u64));
+            g.bench_function(format!("{seqs}x_decode_after_{past}"), |b| {
+                b.iter(|| {
+                    // Writes the new K/V (the same slot every time) and attends over past + 1 keys.
+                    let y = B::paged_attention(
+                        &mut kv,
+                        q.clone(),
+                        k.clone(),
+                        v.clone(),
+                        &batch,
+                        &params,
+                    );
+                    B::sync(&device).ok();
+                    y
+                })
+            });
+        }
+        g.finish();
+    }
+}
+
 struct DecodeStep<'a>(&'a mut Criterion, BackendKind);
 
 impl BackendTask for DecodeStep<'_> {
@@ -138,6 +207,7 @@ fn benches(c: &mut Criterion) {
     let _ = cinder::backends::set_threads(2);
     for kind in cinder::backends::compiled() {
         cinder::backends::dispatch(kind, Products(c, kind)).expect("backend");
+        cinder::backends::dispatch(kind, Attention(c, kind)).expect("backend");
         cinder::backends::dispatch(kind, DecodeStep(c, kind)).expect("backend");
     }
 }
