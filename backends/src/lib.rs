@@ -257,7 +257,9 @@ pub mod types {
     #[cfg(feature = "ndarray")]
     pub type NdArray = burn_ndarray::NdArray<f32>;
     /// burn-candle CPU backend.
+    // Deprecated upstream in Burn 0.21 (burn-cubecl is its successor); still a backend users pick.
     #[cfg(feature = "candle")]
+    #[allow(deprecated)]
     pub type Candle = burn_candle::Candle<f32, i64>;
     /// burn-wgpu backend.
     #[cfg(feature = "wgpu")]
