@@ -18,7 +18,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
+use burn::tensor::{Int, Tensor, TensorPrimitive};
 use burn_candle::{CandleDevice, CandleTensor};
 use candle_core::Module;
 use candle_core::quantized::{GgmlDType, QMatMul, ggml_file::qtensor_from_ggml};
@@ -152,22 +152,7 @@ pub fn candle_matmul(x: Tensor<Candle, 2>, w: &CandleQMatrix) -> Tensor<Candle, 
 /// Rows `ids` of `W` as f32 `[len, k]`, dequantized from the original blocks.
 pub fn candle_rows(w: &CandleQMatrix, ids: Tensor<Candle, 1, Int>) -> Tensor<Candle, 2> {
     let device = ids.device();
-    let data = ids.into_data().convert::<i64>();
-    let ids: Vec<usize> = data
-        .as_slice::<i64>()
-        // A negative id becomes an out-of-range index, reported below rather than clamped to row 0.
-        .map(|s| {
-            s.iter()
-                .map(|&i| usize::try_from(i).unwrap_or(usize::MAX))
-                .collect()
-        })
-        .unwrap_or_default();
-    let mut out = vec![0.0f32; ids.len() * w.w.k];
-    // An out-of-range id is a caller bug (token ids are checked against the vocabulary upstream).
-    if let Err(e) = cinder_kernels::dequantize_rows(w.w.kernel_view(), &ids, &mut out) {
-        panic!("qw_rows: {e}");
-    }
-    Tensor::from_data(TensorData::new(out, [ids.len(), w.w.k]), &device)
+    crate::quant::rows_from_blocks(&w.w, ids, &device)
 }
 
 /// `(n, k)` of a prepared weight.

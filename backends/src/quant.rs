@@ -56,11 +56,8 @@ impl QWeight {
         }
     }
 
-    #[cfg_attr(
-        not(any(feature = "flex", feature = "ndarray", feature = "candle")),
-        allow(dead_code)
-    )]
-    pub(crate) fn kernel_view(&self) -> Weights<'_> {
+    #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+    fn kernel_view(&self) -> Weights<'_> {
         Weights {
             ty: self.ty,
             data: &self.data,
@@ -451,6 +448,20 @@ fn host_matmul_many<B: Backend>(
 
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 fn host_rows<B: Backend>(w: &HostQMatrix<B::Device>, ids: Tensor<B, 1, Int>) -> Tensor<B, 2> {
+    rows_from_blocks(&w.w, ids, &w.device)
+}
+
+/// Rows `ids` of `w` as f32 `[len, k]`, dequantized on the host from its blocks (embedding
+/// lookups in a table that may double as the tied output projection).
+#[cfg_attr(
+    not(any(feature = "flex", feature = "ndarray", feature = "candle")),
+    allow(dead_code)
+)]
+pub(crate) fn rows_from_blocks<B: Backend>(
+    w: &QWeight,
+    ids: Tensor<B, 1, Int>,
+    device: &B::Device,
+) -> Tensor<B, 2> {
     let data = ids.into_data().convert::<i64>();
     let ids: Vec<usize> = data
         .as_slice::<i64>()
@@ -461,12 +472,12 @@ fn host_rows<B: Backend>(w: &HostQMatrix<B::Device>, ids: Tensor<B, 1, Int>) -> 
                 .collect()
         })
         .unwrap_or_default();
-    let mut out = vec![0.0f32; ids.len() * w.w.k];
+    let mut out = vec![0.0f32; ids.len() * w.k];
     // An out-of-range id is a caller bug (token ids are checked against the vocabulary upstream).
-    if let Err(e) = cinder_kernels::dequantize_rows(w.w.kernel_view(), &ids, &mut out) {
+    if let Err(e) = cinder_kernels::dequantize_rows(w.kernel_view(), &ids, &mut out) {
         panic!("qw_rows: {e}");
     }
-    Tensor::from_data(TensorData::new(out, [ids.len(), w.w.k]), &w.device)
+    Tensor::from_data(TensorData::new(out, [ids.len(), w.k]), device)
 }
 
 /// Prepares the generic fallback.

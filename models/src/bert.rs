@@ -210,6 +210,26 @@ pub struct BertLayer<B: InferenceBackend> {
     ffn_norm: LayerNorm<B>,
 }
 
+impl<B: InferenceBackend> BertLayer<B> {
+    /// Everything after attention: `x = LN(x + O·ctx)`, then `x = LN(x + W2·act(W1·x))`. `x`,
+    /// `ctx` `[..., d]`, padded `[b, t, d]` or packed `[n, d]`.
+    fn after_attention<const D: usize>(
+        &self,
+        x: Tensor<B, D>,
+        ctx: Tensor<B, D>,
+        activation: BertActivation,
+    ) -> Tensor<B, D> {
+        let x = self.attn_norm.forward(x + self.o.forward(ctx));
+        let h = self.up.forward(x.clone());
+        let h = match activation {
+            BertActivation::Gelu => B::encoder_gelu(h),
+            BertActivation::GeluTanh => gelu_tanh(h),
+            BertActivation::Relu => relu(h),
+        };
+        self.ffn_norm.forward(x + self.down.forward(h))
+    }
+}
+
 /// A BERT encoder: embeddings and blocks (no pooler; sentence models pool the hidden states).
 #[derive(Module, Debug)]
 pub struct Bert<B: InferenceBackend> {
@@ -305,14 +325,7 @@ impl<B: InferenceBackend> Bert<B> {
                 mask.clone(),
                 heads,
             );
-            x = l.attn_norm.forward(x + l.o.forward(ctx));
-            let h = l.up.forward(x.clone());
-            let h = match self.config.activation {
-                BertActivation::Gelu => B::encoder_gelu(h),
-                BertActivation::GeluTanh => gelu_tanh(h),
-                BertActivation::Relu => relu(h),
-            };
-            x = l.ffn_norm.forward(x + l.down.forward(h));
+            x = l.after_attention(x, ctx, self.config.activation);
         }
         x
     }
@@ -354,14 +367,7 @@ impl<B: InferenceBackend> Bert<B> {
                 lengths,
                 heads,
             );
-            x = l.attn_norm.forward(x + l.o.forward(ctx));
-            let h = l.up.forward(x.clone());
-            let h = match self.config.activation {
-                BertActivation::Gelu => B::encoder_gelu(h),
-                BertActivation::GeluTanh => gelu_tanh(h),
-                BertActivation::Relu => relu(h),
-            };
-            x = l.ffn_norm.forward(x + l.down.forward(h));
+            x = l.after_attention(x, ctx, self.config.activation);
         }
         x
     }
