@@ -168,93 +168,97 @@ impl BackendTask for Products {
                 );
             }
         }
-        let (m, n, k) = (3usize, 40usize, 512usize);
-        let mut x = activations(m, k);
-        if self.0 == BackendKind::Candle {
-            // candle's own kernels quantize activations as ggml's scalar reference does, rounding
-            // an exact tie (x·127/max = j + 0.5) away from zero; llama.cpp's x86 SIMD path and
-            // the host kernels round it to even. Off the ties they agree, so candle's products
-            // are checked on activations without exact ties.
-            for v in &mut x[..32] {
-                *v += 0.125;
-            }
-        }
-        for (s, ty) in TYPES.into_iter().enumerate() {
-            let w = weight(ty, n, k, s as u64 + 1);
-            let mut want = vec![0.0f32; m * n];
-            kernels::matmul_with(
-                Isa::Scalar,
-                Weights { ty, data: &w, n, k },
-                &x,
-                m,
-                &mut want,
-            )
-            .expect("scalar reference");
-            let layer =
-                QLinear::<B>::from_ggml("w", ty, SharedBytes::from_vec(w), n, k, None, &device)
-                    .expect("layer");
-            let xt = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
-            let got = readback(layer.forward(xt));
-            // The host kernels sum exactly like the scalar reference; the generic fallback multiplies
-            // f32-expanded weights, and candle sums its integer products in its own order, so
-            // their sums differ by rounding only.
-            let scale = want.iter().fold(0.0f32, |a, v| a.max(v.abs())).max(1.0);
-            // candle quantizes K-quant activations on its own grid (`-128/max`, ggml's older
-            // `quantize_row_q8_K`; ggml now uses `-127/max`), so its sums carry different 8-bit
-            // activation noise than the reference's. Both are held against the exact product of
-            // the dequantized weights and the f32 activations: candle's error must stay within
-            // twice the reference kernel's own (measured: Q4_K 55 vs 82, Q5_K 158 vs 230, Q6_K 177
-            // vs 128, with outputs up to ~10^4).
-            let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
-            if self.0 == BackendKind::Candle && k_quant {
-                let mut deq = vec![0.0f32; n * k];
-                let all: Vec<usize> = (0..n).collect();
-                let wv = weight(ty, n, k, s as u64 + 1);
-                kernels::dequantize_rows(
-                    Weights {
-                        ty,
-                        data: &wv,
-                        n,
-                        k,
-                    },
-                    &all,
-                    &mut deq,
-                )
-                .expect("dequantize");
-                let (mut err_got, mut err_want) = (0.0f32, 0.0f32);
-                for r in 0..m {
-                    for c in 0..n {
-                        let exact: f32 = (0..k).map(|j| x[r * k + j] * deq[c * k + j]).sum();
-                        err_got = err_got.max((got[r * n + c] - exact).abs());
-                        err_want = err_want.max((want[r * n + c] - exact).abs());
-                    }
+        // 3 rows: a decode-sized product; 21 rows: prefill-sized (candle dequantizes the weight
+        // for the call and runs an f32 gemm from 16 rows on).
+        for m in [3usize, 21] {
+            let (n, k) = (40usize, 512usize);
+            let mut x = activations(m, k);
+            if self.0 == BackendKind::Candle {
+                // candle's own kernels quantize activations as ggml's scalar reference does, rounding
+                // an exact tie (x·127/max = j + 0.5) away from zero; llama.cpp's x86 SIMD path and
+                // the host kernels round it to even. Off the ties they agree, so candle's products
+                // are checked on activations without exact ties.
+                for v in &mut x[..32] {
+                    *v += 0.125;
                 }
-                assert!(
-                    err_got <= 2.0 * err_want + 1e-3 * scale,
-                    "{} on candle: off the exact product by {err_got}, the reference by {err_want}",
-                    ty.name()
-                );
-            } else {
-                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            }
+            for (s, ty) in TYPES.into_iter().enumerate() {
+                let w = weight(ty, n, k, s as u64 + 1);
+                let mut want = vec![0.0f32; m * n];
+                kernels::matmul_with(
+                    Isa::Scalar,
+                    Weights { ty, data: &w, n, k },
+                    &x,
+                    m,
+                    &mut want,
+                )
+                .expect("scalar reference");
+                let layer =
+                    QLinear::<B>::from_ggml("w", ty, SharedBytes::from_vec(w), n, k, None, &device)
+                        .expect("layer");
+                let xt = Tensor::<B, 2>::from_data(TensorData::new(x.clone(), [m, k]), &device);
+                let got = readback(layer.forward(xt));
+                // The host kernels sum exactly like the scalar reference; the generic fallback multiplies
+                // f32-expanded weights, and candle sums its integer products in its own order, so
+                // their sums differ by rounding only.
+                let scale = want.iter().fold(0.0f32, |a, v| a.max(v.abs())).max(1.0);
+                // candle quantizes K-quant activations on its own grid (`-128/max`, ggml's older
+                // `quantize_row_q8_K`; ggml now uses `-127/max`), so its sums carry different 8-bit
+                // activation noise than the reference's. Both are held against the exact product of
+                // the dequantized weights and the f32 activations: candle's error must stay within
+                // twice the reference kernel's own (measured: Q4_K 55 vs 82, Q5_K 158 vs 230, Q6_K 177
+                // vs 128, with outputs up to ~10^4).
+                let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+                if self.0 == BackendKind::Candle && k_quant {
+                    let mut deq = vec![0.0f32; n * k];
+                    let all: Vec<usize> = (0..n).collect();
+                    let wv = weight(ty, n, k, s as u64 + 1);
+                    kernels::dequantize_rows(
+                        Weights {
+                            ty,
+                            data: &wv,
+                            n,
+                            k,
+                        },
+                        &all,
+                        &mut deq,
+                    )
+                    .expect("dequantize");
+                    let (mut err_got, mut err_want) = (0.0f32, 0.0f32);
+                    for r in 0..m {
+                        for c in 0..n {
+                            let exact: f32 = (0..k).map(|j| x[r * k + j] * deq[c * k + j]).sum();
+                            err_got = err_got.max((got[r * n + c] - exact).abs());
+                            err_want = err_want.max((want[r * n + c] - exact).abs());
+                        }
+                    }
                     assert!(
-                        (g - w).abs() <= 2e-3 * scale,
-                        "{}: output {i}: {g} vs scalar {w}",
+                        err_got <= 2.0 * err_want + 1e-3 * scale,
+                        "{} on candle: off the exact product by {err_got}, the reference by {err_want}",
                         ty.name()
                     );
+                } else {
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (g - w).abs() <= 2e-3 * scale,
+                            "{}: output {i}: {g} vs scalar {w}",
+                            ty.name()
+                        );
+                    }
                 }
+                // Embedding rows come back as the reference dequantizer gives them.
+                let ids = Tensor::from_data(TensorData::new(vec![0i64, 7, 39], [3]), &device);
+                let rows = readback(layer.rows(ids));
+                let mut want_rows = vec![0.0f32; 3 * k];
+                let wv = Weights {
+                    ty,
+                    data: &weight(ty, n, k, s as u64 + 1),
+                    n,
+                    k,
+                };
+                kernels::dequantize_rows(wv, &[0, 7, 39], &mut want_rows).expect("rows");
+                assert_eq!(rows, want_rows, "{} rows", ty.name());
             }
-            // Embedding rows come back as the reference dequantizer gives them.
-            let ids = Tensor::from_data(TensorData::new(vec![0i64, 7, 39], [3]), &device);
-            let rows = readback(layer.rows(ids));
-            let mut want_rows = vec![0.0f32; 3 * k];
-            let wv = Weights {
-                ty,
-                data: &weight(ty, n, k, s as u64 + 1),
-                n,
-                k,
-            };
-            kernels::dequantize_rows(wv, &[0, 7, 39], &mut want_rows).expect("rows");
-            assert_eq!(rows, want_rows, "{} rows", ty.name());
         }
     }
 }

@@ -3,6 +3,8 @@
 //!
 //! - **Memory.** candle keeps its own copy of the blocks (Q4_1 stays ~4.5 bits per weight);
 //!   F32/F16/BF16 weights become candle's dense tensor, as `QMatMul` does for them.
+//! - **Prefill.** Products of 16 rows or more dequantize the weight for the call and run candle's
+//!   f32 gemm (candle's quantized kernel is one dot product per output); decode stays quantized.
 //! - **Arithmetic.** candle's CPU kernels quantize the activations to Q8 blocks and take integer
 //!   dot products, as ggml and the host kernels do (an exact tie rounds away from zero, as in
 //!   ggml's scalar reference, where llama.cpp's x86 path and the host kernels round it to even).
@@ -25,6 +27,7 @@ use candle_core::quantized::{GgmlDType, QMatMul, ggml_file::qtensor_from_ggml};
 use cinder_gguf::GgmlType;
 
 use crate::BackendError;
+use crate::act::ActQuant;
 use crate::quant::QWeight;
 use crate::types::Candle;
 
@@ -118,7 +121,15 @@ pub fn candle_prepare(
     })
 }
 
-/// `x` `[m, k]` · `Wᵀ` -> `[m, n]` by candle's quantized matmul.
+/// Rows from which a product of a block-quantized weight runs as an f32 gemm on a copy of the weight
+/// dequantized for that call. candle's quantized kernel is a dot product per output (and scalar in
+/// a build that does not target AVX2): at 128 rows it ran 4× slower than f32 expansion had, while
+/// dequantizing a weight costs about as much as a few rows of its product.
+const F32_GEMM_MIN_ROWS: usize = 16;
+
+/// `x` `[m, k]` · `Wᵀ` -> `[m, n]`: candle's quantized matmul for decode-sized `m`; for prefill-sized
+/// `m`, the weight dequantized for this call and candle's f32 matmul, with the activations rounded
+/// as the quantized kernels round them ([`ActQuant`]).
 pub fn candle_matmul(x: Tensor<Candle, 2>, w: &CandleQMatrix) -> Tensor<Candle, 2> {
     let [m, k] = x.dims();
     assert_eq!(
@@ -126,6 +137,18 @@ pub fn candle_matmul(x: Tensor<Candle, 2>, w: &CandleQMatrix) -> Tensor<Candle, 
         "qw_matmul: input width {k} for a weight of {} inputs",
         w.w.k
     );
+    let float = matches!(w.w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+    if m >= F32_GEMM_MIN_ROWS && !float {
+        let xs = host_tensor(ActQuant::for_weight(w.w.ty).apply(x), (m, k), &w.device);
+        // Validated when the weight was prepared.
+        let wf =
+            w.w.dequantize("qw_matmul")
+                .unwrap_or_else(|e| panic!("qw_matmul on a validated weight failed: {e}"));
+        let y = candle_core::Tensor::from_vec(wf, (w.w.n, k), &w.device)
+            .and_then(|wt| xs.and_then(|xs| xs.matmul(&wt.t()?)))
+            .unwrap_or_else(|e| panic!("qw_matmul on validated shapes failed: {e}"));
+        return Tensor::from_primitive(TensorPrimitive::Float(CandleTensor::new(y)));
+    }
     let mut v = x
         .into_data()
         .convert::<f32>()
@@ -147,6 +170,20 @@ pub fn candle_matmul(x: Tensor<Candle, 2>, w: &CandleQMatrix) -> Tensor<Candle, 
         .and_then(|xs| w.mm.forward(&xs))
         .unwrap_or_else(|e| panic!("qw_matmul on validated shapes failed: {e}"));
     Tensor::from_primitive(TensorPrimitive::Float(CandleTensor::new(y)))
+}
+
+/// A Burn tensor's values as a candle tensor of `shape` on `device` (one host copy).
+fn host_tensor(
+    x: Tensor<Candle, 2>,
+    shape: (usize, usize),
+    device: &candle_core::Device,
+) -> candle_core::Result<candle_core::Tensor> {
+    let v = x
+        .into_data()
+        .convert::<f32>()
+        .into_vec::<f32>()
+        .unwrap_or_default();
+    candle_core::Tensor::from_vec(v, shape, device)
 }
 
 /// Rows `ids` of `W` as f32 `[len, k]`, dequantized from the original blocks.
