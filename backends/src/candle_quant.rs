@@ -149,24 +149,15 @@ pub fn candle_matmul(x: Tensor<Candle, 2>, w: &CandleQMatrix) -> Tensor<Candle, 
             .unwrap_or_else(|e| panic!("qw_matmul on validated shapes failed: {e}"));
         return Tensor::from_primitive(TensorPrimitive::Float(CandleTensor::new(y)));
     }
-    let mut v = x
-        .into_data()
-        .convert::<f32>()
-        .into_vec::<f32>()
-        .unwrap_or_default();
     // candle multiplies F16/BF16 weights as f32; ggml (and the other backends) round the
-    // activations to the weight's type first, so that happens here.
-    match w.w.ty {
-        GgmlType::F16 => v
-            .iter_mut()
-            .for_each(|a| *a = half::f16::from_f32(*a).to_f32()),
-        GgmlType::BF16 => v
-            .iter_mut()
-            .for_each(|a| *a = half::bf16::from_f32(*a).to_f32()),
-        _ => {}
-    }
+    // activations to the weight's type first. Quantized types: candle's kernel quantizes them.
+    let x = if float {
+        ActQuant::for_weight(w.w.ty).apply(x)
+    } else {
+        x
+    };
     // Shapes were validated when the weight was prepared and just above.
-    let y = candle_core::Tensor::from_vec(v, (m, k), &w.device)
+    let y = host_tensor(x, (m, k), &w.device)
         .and_then(|xs| w.mm.forward(&xs))
         .unwrap_or_else(|e| panic!("qw_matmul on validated shapes failed: {e}"));
     Tensor::from_primitive(TensorPrimitive::Float(CandleTensor::new(y)))

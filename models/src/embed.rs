@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use burn::tensor::{Int, Tensor, TensorData};
+use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use cinder_runtime::InferenceBackend;
 use serde::{Deserialize, Serialize};
 use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
@@ -276,32 +276,38 @@ impl<B: InferenceBackend> SentenceEmbedder<B> {
         let types_t = Tensor::<B, 1, Int>::from_data(TensorData::new(flat_types, [n]), dev);
         // [n, d]: only real tokens go through the encoder
         let h = self.model.forward_packed(ids_t, types_t, &lengths);
+        // Sequence `s` owns rows `starts[s] .. starts[s] + lengths[s]` of `h`.
+        let starts: Vec<i64> = lengths
+            .iter()
+            .scan(0i64, |at, &len| {
+                let s = *at;
+                *at += len as i64;
+                Some(s)
+            })
+            .collect();
         // [b, d]
         let pooled = match self.pooling {
             Pooling::Mean => {
-                // [b, n]: row s averages sequence s's tokens
-                let mut avg = vec![0.0f32; b * n];
-                let mut at = 0;
-                for (s, &len) in lengths.iter().enumerate() {
-                    avg[s * n + at..s * n + at + len].fill(1.0 / len as f32);
-                    at += len;
-                }
-                Tensor::<B, 2>::from_data(TensorData::new(avg, [b, n]), dev).matmul(h)
-            }
-            Pooling::Cls => {
-                let starts: Vec<i64> = lengths
+                // Sum each sequence's rows (scatter-add by sequence index, O(n·d)), then divide.
+                let owner: Vec<i64> = lengths
                     .iter()
-                    .scan(0i64, |at, &len| {
-                        let s = *at;
-                        *at += len as i64;
-                        Some(s)
-                    })
+                    .enumerate()
+                    .flat_map(|(s, &len)| std::iter::repeat_n(s as i64, len))
                     .collect();
-                h.select(
+                let owner = Tensor::<B, 1, Int>::from_data(TensorData::new(owner, [n]), dev);
+                let counts: Vec<f32> = lengths.iter().map(|&l| l as f32).collect();
+                let counts = Tensor::<B, 2>::from_data(TensorData::new(counts, [b, 1]), dev);
+                Tensor::<B, 2>::zeros([b, cfg.hidden_size], dev).select_assign(
                     0,
-                    Tensor::<B, 1, Int>::from_data(TensorData::new(starts, [b]), dev),
-                )
+                    owner,
+                    h,
+                    IndexingUpdateOp::Add,
+                ) / counts
             }
+            Pooling::Cls => h.select(
+                0,
+                Tensor::<B, 1, Int>::from_data(TensorData::new(starts, [b]), dev),
+            ),
         };
         let pooled = if normalize {
             // sentence-transformers' Normalize: x / max(‖x‖, 1e-12)
