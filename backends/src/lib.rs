@@ -13,6 +13,7 @@ pub mod attention;
 #[cfg(feature = "candle")]
 pub mod candle_quant;
 pub mod encoder;
+pub mod memory;
 pub mod quant;
 
 pub use burn::tensor::backend::Backend;
@@ -202,14 +203,9 @@ pub fn on_thread_pool<R: Send>(f: impl FnOnce() -> R + Send) -> Option<R> {
     out
 }
 
-/// Memory available to new allocations on the host, in bytes (Linux `MemAvailable`), if known. The
-/// KV cache budget defaults from it; device backends allocate on the host-visible side as well on
-/// this machine's kinds (lavapipe), and a GPU query belongs beside this one.
+/// Memory available to new allocations on the host, in bytes (Linux `MemAvailable`), if known.
 pub fn host_available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
+    memory::host_memory().map(|m| m.free)
 }
 
 /// Code that runs on whichever backend the user picked: implement this once, generically, and hand it to

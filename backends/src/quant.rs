@@ -109,6 +109,9 @@ impl QWeight {
 /// Backend operations beyond Burn's that inference needs: products with quantized weights and
 /// attention over a paged KV cache. Implemented for every backend type in [`crate::types`].
 pub trait InferenceBackend: Backend {
+    /// Which of Cinder's backends this is.
+    const KIND: crate::BackendKind;
+
     /// A weight prepared for this backend's kernels.
     type QMatrix: Clone + fmt::Debug + Send + Sync + 'static;
 
@@ -141,6 +144,12 @@ pub trait InferenceBackend: Backend {
 
     /// Bytes the store takes per K or V value (sizes the cache from a memory budget).
     const KV_BYTES_PER_VALUE: usize;
+
+    /// Total and free memory of the device (see [`crate::memory`]); `None` where the API does not
+    /// tell.
+    fn device_memory(_device: &Self::Device) -> Option<crate::memory::DeviceMemory> {
+        None
+    }
 
     /// Allocates one layer's store, all of it, once.
     fn kv_alloc(shape: KvShape, device: &Self::Device) -> Result<Self::KvLayer, BackendError>;
@@ -509,8 +518,9 @@ pub fn dense_matmul<B: Backend>(x: Tensor<B, 2>, w: &DenseQMatrix<B>) -> Tensor<
 
 #[allow(unused_macros)] // unused when no host backend is compiled in
 macro_rules! host_backend {
-    ($t:ty) => {
+    ($t:ty, $kind:expr) => {
         impl InferenceBackend for $t {
+            const KIND: crate::BackendKind = $kind;
             type QMatrix = HostQMatrix<burn::tensor::Device<$t>>;
             fn qw_prepare(
                 name: &str,
@@ -533,6 +543,9 @@ macro_rules! host_backend {
             }
             type KvLayer = HostKv<burn::tensor::Device<$t>>;
             const KV_BYTES_PER_VALUE: usize = 2;
+            fn device_memory(_device: &Self::Device) -> Option<crate::memory::DeviceMemory> {
+                crate::memory::host_memory()
+            }
             fn kv_alloc(
                 shape: KvShape,
                 device: &Self::Device,
@@ -606,14 +619,16 @@ pub fn dense_shape<B: Backend>(w: &DenseQMatrix<B>) -> (usize, usize) {
     (n, k)
 }
 
-/// A backend whose quantized products are the generic fallback's (`dense_backend!(T)`) or its
-/// own (`dense_backend!(T, QMatrix, prepare, matmul, rows, shape)`), with the generic paged KV
+/// A backend whose quantized products are the generic fallback's (`dense_backend!(T, kind, memory)`) or its
+/// own (`dense_backend!(T, kind, memory, QMatrix, prepare, matmul, rows, shape)`), with the generic paged KV
 /// store and attention.
 #[allow(unused_macros)] // unused when no such backend is compiled in
 macro_rules! dense_backend {
-    ($t:ty) => {
+    ($t:ty, $kind:expr, $mem:path) => {
         dense_backend!(
             $t,
+            $kind,
+            $mem,
             DenseQMatrix<$t>,
             dense_prepare,
             dense_matmul,
@@ -621,8 +636,9 @@ macro_rules! dense_backend {
             dense_shape
         );
     };
-    ($t:ty, $qm:ty, $prepare:path, $matmul:path, $rows:path, $shape:path) => {
+    ($t:ty, $kind:expr, $mem:path, $qm:ty, $prepare:path, $matmul:path, $rows:path, $shape:path) => {
         impl InferenceBackend for $t {
+            const KIND: crate::BackendKind = $kind;
             type QMatrix = $qm;
             fn qw_prepare(
                 name: &str,
@@ -642,10 +658,18 @@ macro_rules! dense_backend {
             }
             type KvLayer = DenseKv<$t>;
             const KV_BYTES_PER_VALUE: usize = 4;
+            fn device_memory(device: &Self::Device) -> Option<crate::memory::DeviceMemory> {
+                $mem(device)
+            }
             fn kv_alloc(
                 shape: KvShape,
                 device: &Self::Device,
             ) -> Result<Self::KvLayer, BackendError> {
+                crate::memory::check_fits(
+                    shape.bytes(Self::KV_BYTES_PER_VALUE),
+                    Self::device_memory(device),
+                    Self::KIND,
+                )?;
                 dense_kv_alloc(shape, device)
             }
             fn kv_copy_block(kv: &mut Self::KvLayer, src: u32, dst: u32) {
@@ -666,12 +690,14 @@ macro_rules! dense_backend {
 }
 
 #[cfg(feature = "flex")]
-host_backend!(crate::types::Flex);
+host_backend!(crate::types::Flex, crate::BackendKind::Flex);
 #[cfg(feature = "ndarray")]
-host_backend!(crate::types::NdArray);
+host_backend!(crate::types::NdArray, crate::BackendKind::Ndarray);
 #[cfg(feature = "candle")]
 dense_backend!(
     crate::types::Candle,
+    crate::BackendKind::Candle,
+    crate::memory::candle_memory,
     crate::candle_quant::CandleQMatrix,
     crate::candle_quant::candle_prepare,
     crate::candle_quant::candle_matmul,
@@ -679,6 +705,14 @@ dense_backend!(
     crate::candle_quant::candle_shape
 );
 #[cfg(feature = "wgpu")]
-dense_backend!(crate::types::Wgpu);
+dense_backend!(
+    crate::types::Wgpu,
+    crate::BackendKind::Wgpu,
+    crate::memory::wgpu_memory
+);
 #[cfg(feature = "cuda")]
-dense_backend!(crate::types::Cuda);
+dense_backend!(
+    crate::types::Cuda,
+    crate::BackendKind::Cuda,
+    crate::memory::cuda_memory
+);
