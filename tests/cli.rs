@@ -220,6 +220,32 @@ fn bad_inputs_give_clear_errors() {
         .expect("runs");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown backend"));
 
+    // Layer offload without an accelerator compiled in, or for a command it does not apply to.
+    use cinder::backends::BackendKind;
+    let accel = BackendKind::Wgpu.is_compiled() || BackendKind::Cuda.is_compiled();
+    let (args, want): (&[&str], &str) = if accel {
+        (
+            &[
+                "embed",
+                "all-minilm-l6-v2",
+                "--text",
+                "x",
+                "--gpu-layers",
+                "2",
+            ],
+            "applies to language models only",
+        )
+    } else {
+        (
+            &["run", "smollm2-135m", "--prompt", "x", "--gpu-layers", "4"],
+            "--gpu-layers needs an accelerator backend compiled in",
+        )
+    };
+    let out = cinder().args(args).output().expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains(want), "stderr: {err}");
+
     // A prompt longer than the context: refused before any work.
     let long = "word ".repeat(600);
     let out = cinder()

@@ -9,6 +9,12 @@ pub enum ImportError {
     /// The model could not be built from the weights.
     #[error(transparent)]
     Model(#[from] cinder_models::ModelError),
+    /// A backend could not be used (not compiled in, or it failed to start).
+    #[error(transparent)]
+    Backend(#[from] cinder_backends::BackendError),
+    /// Layer offload was asked for in a way that cannot work.
+    #[error("layer offload: {0}")]
+    Offload(String),
     /// A catalog lookup or download failed.
     #[error(transparent)]
     Catalog(#[from] cinder_catalog::CatalogError),

@@ -15,6 +15,7 @@ mod error;
 mod gguf_weights;
 pub mod hf_llama;
 mod load;
+mod offload;
 pub mod record;
 
 pub use cinder_catalog as catalog;
@@ -23,4 +24,5 @@ pub use embedding::load_embedder;
 pub use error::{ImportError, Result};
 pub use gguf_weights::{GgufWeights, StoredTensor, TableWeights, TensorStore};
 pub use load::{ArchConfig, LoadedModel, ModelInfo, load_gguf};
-pub use record::{ImportOptions, import, load_model, load_record};
+pub use offload::load_model_offloaded;
+pub use record::{ImportOptions, import, load_model, load_model_part, load_record};

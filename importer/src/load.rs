@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use cinder_gguf::GgufFile;
 use cinder_gguf::tokenizer::GgufTokenizer;
-use cinder_models::AnyModel;
 use cinder_models::gemma3::{Gemma3, Gemma3Config};
 use cinder_models::llama::{Llama, LlamaConfig};
+use cinder_models::{AnyModel, ModelPart};
 use serde::{Deserialize, Serialize};
 
 use crate::arch::{self, GEMMA3_GGUF_NAMES, LLAMA_FAMILY, LLAMA_GGUF_NAMES};
@@ -115,14 +115,24 @@ impl ArchConfig {
         store: &S,
         device: &B::Device,
     ) -> Result<AnyModel<B>> {
+        self.build_part(store, device, &ModelPart::whole())
+    }
+
+    /// Builds `part` of the model (one device's share when layers are offloaded).
+    pub fn build_part<B: InferenceBackend, S: TensorStore + ?Sized>(
+        &self,
+        store: &S,
+        device: &B::Device,
+        part: &ModelPart,
+    ) -> Result<AnyModel<B>> {
         Ok(match self {
             Self::Llama(cfg) => {
                 let mut src = TableWeights::<B, S>::new(store, LLAMA_GGUF_NAMES, device.clone());
-                AnyModel::Llama(Llama::load(cfg.clone(), &mut src)?)
+                AnyModel::Llama(Llama::load_part(cfg.clone(), &mut src, part)?)
             }
             Self::Gemma3(cfg) => {
                 let mut src = TableWeights::<B, S>::new(store, GEMMA3_GGUF_NAMES, device.clone());
-                AnyModel::Gemma3(Gemma3::load(cfg.clone(), &mut src)?)
+                AnyModel::Gemma3(Gemma3::load_part(cfg.clone(), &mut src, part)?)
             }
         })
     }
@@ -130,6 +140,15 @@ impl ArchConfig {
 
 /// Opens `path`, validates it, builds the tokenizer and the model on `device`.
 pub fn load_gguf<B: InferenceBackend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
+    load_gguf_part(path, device, &ModelPart::whole())
+}
+
+/// [`load_gguf`], building only `part` of the model.
+pub fn load_gguf_part<B: InferenceBackend>(
+    path: &Path,
+    device: &B::Device,
+    part: &ModelPart,
+) -> Result<LoadedModel<B>> {
     let file = GgufFile::open(path)?;
     let info = ModelInfo::from_gguf(path, &file);
     let tokenizer = GgufTokenizer::from_gguf(&file)?;
@@ -137,7 +156,7 @@ pub fn load_gguf<B: InferenceBackend>(path: &Path, device: &B::Device) -> Result
     tokenizer
         .validate_against_model(rows)
         .map_err(|e| ImportError::TokenizerMismatch(e.to_string()))?;
-    let model = ArchConfig::from_gguf(&file)?.build::<B, _>(&file, device)?;
+    let model = ArchConfig::from_gguf(&file)?.build_part::<B, _>(&file, device, part)?;
     tracing::info!(arch = %info.arch, params = info.n_params, "model loaded");
     Ok(LoadedModel {
         model,

@@ -17,10 +17,11 @@ use cinder_runtime::quant::QLinear;
 
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
-    Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, gelu_tanh, heads, merge_heads,
-    project, split_heads,
+    Embedding, Ends, OutputHead, RmsNorm, Rope, RopeStyle, gelu_tanh, heads, merge_heads, project,
+    split_heads,
 };
 use crate::loader::WeightSource;
+use crate::split::{ModelPart, NO_ENDS, Staged, staged_forward};
 
 /// Hyper-parameters of a Gemma 3 model.
 #[derive(Config, Debug, PartialEq)]
@@ -129,13 +130,16 @@ pub struct Gemma3Block<B: InferenceBackend> {
     post_ffn_norm: RmsNorm<B>,
 }
 
-/// A Gemma 3 model.
+/// A Gemma 3 model (or the share of one that a device holds: [`ModelPart`]).
 #[derive(Module, Debug)]
 pub struct Gemma3<B: InferenceBackend> {
-    embed: Embedding<B>,
+    /// embedding, final norm, head (`None` in an offloaded share)
+    ends: Option<Ends<B>>,
+    /// blocks `first_layer..first_layer + blocks.len()`
     blocks: Vec<Gemma3Block<B>>,
-    norm: RmsNorm<B>,
-    head: OutputHead<B>,
+    /// absolute index of the first block held (which layers are global depends on it)
+    #[module(skip)]
+    first_layer: usize,
     #[module(skip)]
     config: Gemma3Config,
 }
@@ -144,12 +148,21 @@ impl<B: InferenceBackend> Gemma3<B> {
     /// Loads weights by module path: the Llama names plus `layers.{i}.{attn.q_norm, attn.k_norm,
     /// post_attn_norm, post_ffn_norm}`.
     pub fn load(config: Gemma3Config, src: &mut dyn WeightSource<B>) -> Result<Self> {
+        Self::load_part(config, src, &ModelPart::whole())
+    }
+
+    /// Loads only `part`'s weights (layer offload puts the shares on two backends).
+    pub fn load_part(
+        config: Gemma3Config,
+        src: &mut dyn WeightSource<B>,
+        part: &ModelPart,
+    ) -> Result<Self> {
         config.validate()?;
         let c = &config;
         let (d, hd) = (c.d_model, c.head_dim);
-        let embed = Embedding::new(src.linear("embed", c.vocab_size, d, false)?);
-        let mut blocks = Vec::with_capacity(c.n_layers);
-        for i in 0..c.n_layers {
+        let layers = part.resolve("gemma3", c.n_layers)?;
+        let mut blocks = Vec::with_capacity(layers.len());
+        for i in layers.clone() {
             let p = |s: &str| format!("layers.{i}.{s}");
             let norm =
                 |src: &mut dyn WeightSource<B>, name: &str, len: usize| -> Result<RmsNorm<B>> {
@@ -171,17 +184,26 @@ impl<B: InferenceBackend> Gemma3<B> {
                 post_ffn_norm: norm(src, "post_ffn_norm", d)?,
             });
         }
-        let norm = RmsNorm::new(src.vector("norm", d)?, c.rms_eps);
-        let separate = if src.has("lm_head") {
-            Some(src.linear("lm_head", c.vocab_size, d, false)?)
+        let ends = if part.ends {
+            let embed = Embedding::new(src.linear("embed", c.vocab_size, d, false)?);
+            let norm = RmsNorm::new(src.vector("norm", d)?, c.rms_eps);
+            let separate = if src.has("lm_head") {
+                Some(src.linear("lm_head", c.vocab_size, d, false)?)
+            } else {
+                None
+            };
+            Some(Ends {
+                embed,
+                norm,
+                head: OutputHead { separate },
+            })
         } else {
             None
         };
         Ok(Self {
-            embed,
+            ends,
             blocks,
-            norm,
-            head: OutputHead { separate },
+            first_layer: layers.start,
             config,
         })
     }
@@ -192,18 +214,20 @@ impl<B: InferenceBackend> Gemma3<B> {
     }
 }
 
-impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
-    fn forward(
-        &self,
-        tokens: Tensor<B, 2, Int>,
-        cache: &mut dyn AttentionCache<B>,
-        logits: Logits,
-    ) -> Tensor<B, 3> {
+impl<B: InferenceBackend> Staged<B> for Gemma3<B> {
+    fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        // scaled by sqrt(d) as Gemma does
+        let d = self.config.d_model as f64;
+        let ends = self.ends.as_ref().expect(NO_ENDS);
+        ends.embed.forward(tokens).mul_scalar(d.sqrt() as f32)
+    }
+
+    fn run_blocks(&self, mut x: Tensor<B, 3>, cache: &mut dyn AttentionCache<B>) -> Tensor<B, 3> {
         let c = &self.config;
-        let t = tokens.dims()[1];
+        let t = x.dims()[1];
         let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
         let positions = cache.positions(t);
-        let device = self.device();
+        let device = x.device();
         // Sliding-window layers and global layers rotate with different bases: one table each.
         let rope_local = Rope {
             n_rot: hd,
@@ -220,13 +244,9 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
         }
         .angles::<B>(&positions, hd, &[h, kvh], &device);
         let scale = (1.0 / c.query_pre_attn_scalar.sqrt()) as f32;
-        // x: [b, t, d], scaled by sqrt(d) as Gemma does
-        let mut x = self
-            .embed
-            .forward(tokens)
-            .mul_scalar((c.d_model as f64).sqrt() as f32);
-        for (i, blk) in self.blocks.iter().enumerate() {
-            let global = c.is_global(i);
+        // x: [b, t, d]; cache layer j is block first_layer + j
+        for (j, blk) in self.blocks.iter().enumerate() {
+            let global = c.is_global(self.first_layer + j);
             let rope = if global { &rope_global } else { &rope_local };
             let params = AttentionParams {
                 scale,
@@ -241,19 +261,33 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
             let v = split_heads(v, kvh, hd);
             let q = rope.apply(q).swap_dims(1, 2);
             let k = rope.apply(k).swap_dims(1, 2);
-            let a = merge_heads(cache.attend(i, q, k, v, &params));
+            let a = merge_heads(cache.attend(j, q, k, v, &params));
             x = x + blk.post_attn_norm.forward(blk.wo.forward(a));
             let n = blk.ffn_norm.forward(x.clone());
             let [g, u] = project(n, [&blk.w_gate, &blk.w_up]);
             let g = gelu_tanh(g) * u;
             x = x + blk.post_ffn_norm.forward(blk.w_down.forward(g));
         }
-        cache.advance(t);
-        final_logits(x, logits, &self.norm, &self.head, &self.embed)
+        x
+    }
+
+    fn output(&self, x: Tensor<B, 3>, logits: Logits) -> Tensor<B, 3> {
+        self.ends.as_ref().expect(NO_ENDS).logits(x, logits)
+    }
+}
+
+impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
+    fn forward(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        cache: &mut dyn AttentionCache<B>,
+        logits: Logits,
+    ) -> Tensor<B, 3> {
+        staged_forward(self, tokens, cache, logits)
     }
 
     fn n_layers(&self) -> usize {
-        self.config.n_layers
+        self.blocks.len()
     }
 
     fn kv_dims(&self) -> (usize, usize) {
@@ -269,7 +303,11 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
     }
 
     fn device(&self) -> B::Device {
-        self.norm.weight.val().device()
+        match (&self.ends, self.blocks.first()) {
+            (Some(e), _) => e.norm.weight.val().device(),
+            (None, Some(b)) => b.attn_norm.weight.val().device(),
+            (None, None) => unreachable!("ModelPart::resolve refuses a part holding nothing"),
+        }
     }
 }
 

@@ -14,7 +14,9 @@ pub mod gemma3;
 pub mod layers;
 pub mod llama;
 mod loader;
+pub mod split;
 
 pub use any::AnyModel;
 pub use error::{ModelError, Result};
 pub use loader::WeightSource;
+pub use split::{ModelPart, Split};

@@ -15,10 +15,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
-    Embedding, OutputHead, RmsNorm, Rope, RopeStyle, final_logits, heads, merge_heads, project,
+    Embedding, Ends, OutputHead, RmsNorm, Rope, RopeStyle, heads, merge_heads, project,
     split_heads, swiglu,
 };
 use crate::loader::WeightSource;
+use crate::split::{ModelPart, NO_ENDS, Staged, staged_forward};
 
 /// RoPE pairing as stored in the checkpoint (serializable mirror of [`RopeStyle`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,13 +144,15 @@ pub struct LlamaBlock<B: InferenceBackend> {
     w_down: QLinear<B>,
 }
 
-/// A Llama-family model.
+/// A Llama-family model (or the share of one that a device holds: [`ModelPart`]).
 #[derive(Module, Debug)]
 pub struct Llama<B: InferenceBackend> {
-    embed: Embedding<B>,
+    /// embedding, final norm, head (`None` in an offloaded share)
+    ends: Option<Ends<B>>,
+    /// blocks `first_layer..first_layer + blocks.len()`
     blocks: Vec<LlamaBlock<B>>,
-    norm: RmsNorm<B>,
-    head: OutputHead<B>,
+    #[module(skip)]
+    first_layer: usize,
     #[module(skip)]
     config: LlamaConfig,
 }
@@ -158,12 +161,21 @@ impl<B: InferenceBackend> Llama<B> {
     /// Loads weights by module path: `embed`, `norm`, `lm_head` (absent => tied), and per block
     /// `layers.{i}.{attn_norm, attn.wq, attn.wk, attn.wv, attn.wo, ffn_norm, mlp.gate, mlp.up, mlp.down}`.
     pub fn load(config: LlamaConfig, src: &mut dyn WeightSource<B>) -> Result<Self> {
+        Self::load_part(config, src, &ModelPart::whole())
+    }
+
+    /// Loads only `part`'s weights (layer offload puts the shares on two backends).
+    pub fn load_part(
+        config: LlamaConfig,
+        src: &mut dyn WeightSource<B>,
+        part: &ModelPart,
+    ) -> Result<Self> {
         config.validate()?;
         let c = &config;
         let (d, hd) = (c.d_model, c.head_dim);
-        let embed = Embedding::new(src.linear("embed", c.vocab_size, d, false)?);
-        let mut blocks = Vec::with_capacity(c.n_layers);
-        for i in 0..c.n_layers {
+        let layers = part.resolve("llama", c.n_layers)?;
+        let mut blocks = Vec::with_capacity(layers.len());
+        for i in layers.clone() {
             let p = |s: &str| format!("layers.{i}.{s}");
             blocks.push(LlamaBlock {
                 attn_norm: RmsNorm::new(src.vector(&p("attn_norm"), d)?, c.rms_eps),
@@ -177,18 +189,26 @@ impl<B: InferenceBackend> Llama<B> {
                 w_down: src.linear(&p("mlp.down"), d, c.ffn_dim, false)?,
             });
         }
-        let norm = RmsNorm::new(src.vector("norm", d)?, c.rms_eps);
-        let separate = if !c.tie_embeddings && src.has("lm_head") {
-            Some(src.linear("lm_head", c.vocab_size, d, false)?)
+        let ends = if part.ends {
+            let embed = Embedding::new(src.linear("embed", c.vocab_size, d, false)?);
+            let norm = RmsNorm::new(src.vector("norm", d)?, c.rms_eps);
+            let separate = if !c.tie_embeddings && src.has("lm_head") {
+                Some(src.linear("lm_head", c.vocab_size, d, false)?)
+            } else {
+                None
+            };
+            Some(Ends {
+                embed,
+                norm,
+                head: OutputHead { separate },
+            })
         } else {
             None
         };
-        let head = OutputHead { separate };
         Ok(Self {
-            embed,
+            ends,
             blocks,
-            norm,
-            head,
+            first_layer: layers.start,
             config,
         })
     }
@@ -208,26 +228,24 @@ impl<B: InferenceBackend> Llama<B> {
     }
 }
 
-impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
-    fn forward(
-        &self,
-        tokens: Tensor<B, 2, Int>,
-        cache: &mut dyn AttentionCache<B>,
-        logits: Logits,
-    ) -> Tensor<B, 3> {
+impl<B: InferenceBackend> Staged<B> for Llama<B> {
+    fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.ends.as_ref().expect(NO_ENDS).embed.forward(tokens)
+    }
+
+    fn run_blocks(&self, mut x: Tensor<B, 3>, cache: &mut dyn AttentionCache<B>) -> Tensor<B, 3> {
         let c = &self.config;
-        let t = tokens.dims()[1];
+        let t = x.dims()[1];
         let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
         let rope = self
             .rope()
-            .angles::<B>(&cache.positions(t), hd, &[h, kvh], &self.device());
+            .angles::<B>(&cache.positions(t), hd, &[h, kvh], &x.device());
         let params = AttentionParams {
             scale: 1.0 / (hd as f32).sqrt(),
             sliding_window: c.sliding_window,
             softcap: None,
         };
         // x: [b, t, d]
-        let mut x = self.embed.forward(tokens);
         for (i, blk) in self.blocks.iter().enumerate() {
             let n = blk.attn_norm.forward(x.clone());
             // q [b, h, t, hd]; k, v [b, kvh, t, hd]
@@ -242,12 +260,26 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
             let g = swiglu(g, u);
             x = x + blk.w_down.forward(g);
         }
-        cache.advance(t);
-        final_logits(x, logits, &self.norm, &self.head, &self.embed)
+        x
+    }
+
+    fn output(&self, x: Tensor<B, 3>, logits: Logits) -> Tensor<B, 3> {
+        self.ends.as_ref().expect(NO_ENDS).logits(x, logits)
+    }
+}
+
+impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
+    fn forward(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        cache: &mut dyn AttentionCache<B>,
+        logits: Logits,
+    ) -> Tensor<B, 3> {
+        staged_forward(self, tokens, cache, logits)
     }
 
     fn n_layers(&self) -> usize {
-        self.config.n_layers
+        self.blocks.len()
     }
 
     fn kv_dims(&self) -> (usize, usize) {
@@ -263,7 +295,11 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
     }
 
     fn device(&self) -> B::Device {
-        self.norm.weight.val().device()
+        match (&self.ends, self.blocks.first()) {
+            (Some(e), _) => e.norm.weight.val().device(),
+            (None, Some(b)) => b.attn_norm.weight.val().device(),
+            (None, None) => unreachable!("ModelPart::resolve refuses a part holding nothing"),
+        }
     }
 }
 

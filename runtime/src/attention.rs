@@ -5,11 +5,31 @@
 //! (perplexity, tests), [`crate::kv::PagedKvCache`] for a ragged batch of many sequences (the engine).
 //! A model never sees how the cache is laid out.
 
+use std::any::Any;
+
 use burn::tensor::{Tensor, backend::Backend};
 
 pub use cinder_backends::attention::{
-    AttentionParams, MaskKey, attention, attention_masked, causal_mask,
+    AttentionParams, MaskKey, PagedBatch, attention, attention_masked, causal_mask,
 };
+
+/// A slot in which a model split across two devices keeps its other device's cache (layer
+/// offload): the slot lives in the cache the caller passes, so that state lives and dies with it.
+pub type OffloadSlot = Option<Box<dyn Any + Send>>;
+
+/// How a paged cache lays out the next forward, for a model that mirrors it into a second store on
+/// another device (layer offload).
+#[derive(Debug, Clone)]
+pub struct PagedLayout {
+    /// The ragged batch of the next forward.
+    pub batch: PagedBatch,
+    /// Blocks per layer in the store.
+    pub num_blocks: usize,
+    /// Tokens per block.
+    pub block_size: usize,
+    /// Copy-on-write block copies made since the previous call, in order, to repeat there.
+    pub copies: Vec<(u32, u32)>,
+}
 
 /// Stores K/V across steps and computes causal attention for new tokens.
 pub trait AttentionCache<B: Backend> {
@@ -33,6 +53,15 @@ pub trait AttentionCache<B: Backend> {
     /// Marks the `t` tokens just attended (all layers) as part of the cache. Models call this once per
     /// forward, after the last layer.
     fn advance(&mut self, t: usize);
+
+    /// The paged layout of the next forward of `t` tokens (`None`: a contiguous cache). Forgets the
+    /// block copies it returns.
+    fn paged_layout(&mut self, _t: usize) -> Option<PagedLayout> {
+        None
+    }
+
+    /// The slot a split model keeps its other device's cache in (see [`OffloadSlot`]).
+    fn offload_slot(&mut self) -> &mut OffloadSlot;
 }
 
 /// A contiguous K/V cache for one sequence: per layer, K and V grow along the time axis.
@@ -43,6 +72,7 @@ pub struct ContiguousKvCache<B: Backend> {
     capacity: usize,
     /// Masks built during the current forward, shared by the layers that need the same one.
     masks: Vec<(MaskKey, Option<Tensor<B, 4>>)>,
+    offload: OffloadSlot,
 }
 
 impl<B: Backend> ContiguousKvCache<B> {
@@ -53,6 +83,7 @@ impl<B: Backend> ContiguousKvCache<B> {
             position: 0,
             capacity,
             masks: Vec::new(),
+            offload: None,
         }
     }
 
@@ -66,6 +97,7 @@ impl<B: Backend> ContiguousKvCache<B> {
         self.layers.iter_mut().for_each(|l| *l = None);
         self.position = 0;
         self.masks.clear();
+        self.offload = None;
     }
 }
 
@@ -110,5 +142,9 @@ impl<B: Backend> AttentionCache<B> for ContiguousKvCache<B> {
     fn advance(&mut self, t: usize) {
         self.position += t;
         self.masks.clear();
+    }
+
+    fn offload_slot(&mut self) -> &mut OffloadSlot {
+        &mut self.offload
     }
 }

@@ -42,8 +42,22 @@ pub trait CausalLm<B: InferenceBackend> {
         logits: Logits,
     ) -> Tensor<B, 3>;
 
-    /// Number of transformer layers (the cache needs one slot per layer).
+    /// Number of transformer layers whose K/V the cache passed to [`CausalLm::forward`] holds (it
+    /// needs one slot per layer): all of them, except for a model split across two devices.
     fn n_layers(&self) -> usize;
+
+    /// Layers a split model runs on another device, with their K/V in a store of its own there
+    /// (layer offload: `--gpu-layers`); 0 for a model on one device. The KV budget counts them.
+    fn offloaded_layers(&self) -> usize {
+        0
+    }
+
+    /// Sets up what the model keeps beside `cache` (a split model allocates its other device's KV
+    /// store here, so that a budget the device cannot hold is refused before any request). Callers
+    /// that skip it get the same set-up on the first forward.
+    fn prepare_cache(&self, _cache: &mut dyn AttentionCache<B>) -> crate::Result<()> {
+        Ok(())
+    }
 
     /// `(kv_heads, head_dim)`: the K/V width per token and layer (sizes the paged cache).
     fn kv_dims(&self) -> (usize, usize);

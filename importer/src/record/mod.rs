@@ -27,6 +27,7 @@ use cinder_runtime::InferenceBackend;
 use crate::error::{ImportError, Result};
 use crate::gguf_weights::StoredTensor;
 use crate::load::{ArchConfig, LoadedModel, ModelInfo};
+use cinder_models::ModelPart;
 use manifest::{FileDigest, MANIFEST, Manifest, SourceInfo, TensorEntry};
 
 /// What `import` may be told.
@@ -77,12 +78,16 @@ struct Parts {
 
 impl Parts {
     /// Checks the tokenizer against the model and builds the model on `device`.
-    fn build<B: InferenceBackend>(&self, device: &B::Device) -> Result<cinder_models::AnyModel<B>> {
+    fn build<B: InferenceBackend>(
+        &self,
+        device: &B::Device,
+        part: &ModelPart,
+    ) -> Result<cinder_models::AnyModel<B>> {
         self.tokenizer
             .validate_against_model(self.config.vocab_size())
             .map_err(|e| ImportError::TokenizerMismatch(e.to_string()))?;
         let store: HashMap<String, StoredTensor> = self.tensors.iter().cloned().collect();
-        self.config.build::<B, _>(&store, device)
+        self.config.build_part::<B, _>(&store, device, part)
     }
 
     /// Parameter count and tensors per storage type.
@@ -304,7 +309,7 @@ pub fn import<B: InferenceBackend>(
         quantize_tensors(&mut parts.tensors, ty)?;
     }
     // Validate before writing: the model must build from these tensors, and the tokenizer fit it.
-    drop(parts.build::<B>(device)?);
+    drop(parts.build::<B>(device, &ModelPart::whole())?);
 
     let tmp = out.with_extension(format!("partial-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
@@ -392,6 +397,15 @@ fn write_record(
 /// the model is handed out only after every hash matched, and a changed file is reported as such
 /// even if parsing it failed first.
 pub fn load_record<B: InferenceBackend>(dir: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
+    load_record_part(dir, device, &ModelPart::whole())
+}
+
+/// [`load_record`], building only `part` of the model.
+pub fn load_record_part<B: InferenceBackend>(
+    dir: &Path,
+    device: &B::Device,
+    part: &ModelPart,
+) -> Result<LoadedModel<B>> {
     let m = Manifest::read(dir)?;
     let pack_entry = m.file(pack::PACK)?.clone();
     let small: Vec<&FileDigest> = m.files.iter().filter(|f| f.path != pack::PACK).collect();
@@ -399,7 +413,7 @@ pub fn load_record<B: InferenceBackend>(dir: &Path, device: &B::Device) -> Resul
         let big = s.spawn(|| manifest::verify_file(dir, &pack_entry));
         let rest = s.spawn(|| small.iter().try_for_each(|f| manifest::verify_file(dir, f)));
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            build_from_record::<B>(dir, &m, device)
+            build_from_record::<B>(dir, &m, device, part)
         }));
         let joined = |h: std::thread::ScopedJoinHandle<'_, Result<()>>| {
             h.join()
@@ -440,6 +454,7 @@ fn build_from_record<B: InferenceBackend>(
     dir: &Path,
     m: &Manifest,
     device: &B::Device,
+    part: &ModelPart,
 ) -> Result<(cinder_models::AnyModel<B>, GgufTokenizer)> {
     let config: ArchConfig = {
         let p = dir.join("config.json");
@@ -455,14 +470,22 @@ fn build_from_record<B: InferenceBackend>(
         .validate_against_model(config.vocab_size())
         .map_err(|e| ImportError::TokenizerMismatch(e.to_string()))?;
     let tensors = pack::read(&dir.join(pack::PACK), &m.tensors)?;
-    let model = config.build::<B, _>(&tensors, device)?;
+    let model = config.build_part::<B, _>(&tensors, device, part)?;
     Ok((model, tokenizer))
 }
 
 /// Loads an HF SafeTensors checkpoint directory directly (converted in memory as `import` would).
 pub fn load_hf<B: InferenceBackend>(dir: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
+    load_hf_part(dir, device, &ModelPart::whole())
+}
+
+fn load_hf_part<B: InferenceBackend>(
+    dir: &Path,
+    device: &B::Device,
+    part: &ModelPart,
+) -> Result<LoadedModel<B>> {
     let parts = hf_parts(dir, None)?;
-    let model = parts.build::<B>(device)?;
+    let model = parts.build::<B>(device, part)?;
     let (n_params, type_histogram) = parts.summary();
     Ok(LoadedModel {
         model,
@@ -482,11 +505,20 @@ pub fn load_hf<B: InferenceBackend>(dir: &Path, device: &B::Device) -> Result<Lo
 
 /// Loads any LLM path: a record directory, an HF SafeTensors checkpoint directory, or a GGUF file.
 pub fn load_model<B: InferenceBackend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
+    load_model_part(path, device, &ModelPart::whole())
+}
+
+/// [`load_model`], building only `part` of the model (one device's share under layer offload).
+pub fn load_model_part<B: InferenceBackend>(
+    path: &Path,
+    device: &B::Device,
+    part: &ModelPart,
+) -> Result<LoadedModel<B>> {
     crate::embedding::refuse_pickle(path)?;
     if is_record(path) {
-        load_record(path, device)
+        load_record_part(path, device, part)
     } else if path.is_dir() && crate::hf_llama::is_hf_checkpoint(path) {
-        load_hf(path, device)
+        load_hf_part(path, device, part)
     } else if path.is_dir() {
         Err(rec_err(
             path,
@@ -494,6 +526,6 @@ pub fn load_model<B: InferenceBackend>(path: &Path, device: &B::Device) -> Resul
              (config.json + model.safetensors)",
         ))
     } else {
-        crate::load::load_gguf(path, device)
+        crate::load::load_gguf_part(path, device, part)
     }
 }

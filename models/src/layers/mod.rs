@@ -290,3 +290,22 @@ impl<B: InferenceBackend> OutputHead<B> {
         }
     }
 }
+
+/// The pieces at either end of a decoder: the token embedding, the final norm and the output head.
+/// A model split across two devices keeps them on the CPU side ([`crate::split`]).
+#[derive(Module, Debug)]
+pub struct Ends<B: InferenceBackend> {
+    /// token embedding (also the tied output projection)
+    pub embed: Embedding<B>,
+    /// the norm before the head
+    pub norm: RmsNorm<B>,
+    /// the vocabulary projection
+    pub head: OutputHead<B>,
+}
+
+impl<B: InferenceBackend> Ends<B> {
+    /// Hidden states `[b, t, d]` -> logits `[b, n, vocab]` of the positions `logits` asks for.
+    pub fn logits(&self, x: Tensor<B, 3>, logits: Logits) -> Tensor<B, 3> {
+        final_logits(x, logits, &self.norm, &self.head, &self.embed)
+    }
+}

@@ -89,7 +89,7 @@ impl<'m, B: InferenceBackend> DraftModel<'m, B> {
         target_vocab: usize,
     ) -> Result<Self> {
         let (kvh, hd) = model.kv_dims();
-        let cache = PagedKvCache::<B>::new(
+        let mut cache = PagedKvCache::<B>::new(
             model.n_layers(),
             kvh,
             hd,
@@ -97,6 +97,7 @@ impl<'m, B: InferenceBackend> DraftModel<'m, B> {
             block_size,
             &model.device(),
         )?;
+        model.prepare_cache(&mut cache)?;
         tracing::info!(
             blocks,
             block_size,

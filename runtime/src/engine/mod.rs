@@ -283,8 +283,9 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         let blocks = kv_blocks(model, &cfg)?;
         let (kvh, hd) = model.kv_dims();
         let layers = model.n_layers();
-        let cache =
+        let mut cache =
             PagedKvCache::<B>::new(layers, kvh, hd, blocks, cfg.block_size, &model.device())?;
+        model.prepare_cache(&mut cache)?;
         tracing::info!(
             blocks,
             block_size = cfg.block_size,
@@ -701,14 +702,16 @@ fn kv_blocks<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
         ));
     }
     let (kvh, hd) = model.kv_dims();
-    let layers = model.n_layers();
+    // A split model's offloaded layers hold the same blocks in a store on the other device.
+    let layers = model.n_layers() + model.offloaded_layers();
     let per_token = (layers * 2 * kvh * hd * B::KV_BYTES_PER_VALUE) as u64;
     let budget = cfg.kv_budget.unwrap_or_else(|| {
         default_kv_budget(
             per_token,
             model.context_length(),
             cfg.scheduler.max_seqs,
-            cinder_backends::host_available_memory(),
+            // the free memory of the device the model's cache lives on
+            B::device_memory(&model.device()).map(|m| m.free),
         )
     });
     let blocks = budget.blocks(per_token, cfg.block_size);

@@ -6,7 +6,7 @@ use burn::tensor::Tensor;
 use cinder_backends::InferenceBackend;
 use cinder_backends::attention::{KvShape, PagedBatch, SeqSlice};
 
-use crate::attention::{AttentionCache, AttentionParams};
+use crate::attention::{AttentionCache, AttentionParams, OffloadSlot, PagedLayout};
 use crate::error::{Result, RuntimeError};
 
 /// How much memory the KV cache may take.
@@ -37,6 +37,10 @@ pub struct PagedKvCache<B: InferenceBackend> {
     layers: Vec<B::KvLayer>,
     shape: KvShape,
     batch: PagedBatch,
+    offload: OffloadSlot,
+    /// Block copies not yet handed to a split model's other store (logged only while one is
+    /// attached).
+    copy_log: Vec<(u32, u32)>,
 }
 
 impl<B: InferenceBackend> PagedKvCache<B> {
@@ -67,6 +71,8 @@ impl<B: InferenceBackend> PagedKvCache<B> {
                 block_size,
                 seqs: Vec::new(),
             },
+            offload: None,
+            copy_log: Vec::new(),
         })
     }
 
@@ -97,6 +103,9 @@ impl<B: InferenceBackend> PagedKvCache<B> {
                 B::kv_copy_block(kv, s, d);
             }
         }
+        if self.offload.is_some() {
+            self.copy_log.extend_from_slice(copies);
+        }
     }
 }
 
@@ -126,6 +135,19 @@ impl<B: InferenceBackend> AttentionCache<B> for PagedKvCache<B> {
     fn advance(&mut self, _t: usize) {
         // Positions live in the block manager's tables; the engine advances them.
     }
+
+    fn paged_layout(&mut self, _t: usize) -> Option<PagedLayout> {
+        Some(PagedLayout {
+            batch: self.batch.clone(),
+            num_blocks: self.shape.blocks,
+            block_size: self.shape.block_size,
+            copies: std::mem::take(&mut self.copy_log),
+        })
+    }
+
+    fn offload_slot(&mut self) -> &mut OffloadSlot {
+        &mut self.offload
+    }
 }
 
 /// A paged cache holding one sequence (blocks `0..n` in order): the engine's attention kernel behind
@@ -154,6 +176,22 @@ impl<B: InferenceBackend> SeqPagedCache<B> {
     }
 }
 
+impl<B: InferenceBackend> SeqPagedCache<B> {
+    /// Lays the next `t` tokens out after the past ones, over blocks `0..n` in order.
+    fn set_layout(&mut self, t: usize) {
+        let blocks = (0..self.inner.num_blocks() as u32).collect();
+        self.inner.set_batch(PagedBatch {
+            block_size: self.inner.block_size(),
+            seqs: vec![SeqSlice {
+                q_start: 0,
+                q_len: t,
+                past: self.past,
+                blocks,
+            }],
+        });
+    }
+}
+
 impl<B: InferenceBackend> AttentionCache<B> for SeqPagedCache<B> {
     fn positions(&self, t: usize) -> Vec<usize> {
         (self.past..self.past + t).collect()
@@ -169,21 +207,21 @@ impl<B: InferenceBackend> AttentionCache<B> for SeqPagedCache<B> {
     ) -> Tensor<B, 4> {
         let t = q.dims()[2];
         if layer == 0 || self.inner.batch.rows() != t {
-            let blocks = (0..self.inner.num_blocks() as u32).collect();
-            self.inner.set_batch(PagedBatch {
-                block_size: self.inner.block_size(),
-                seqs: vec![SeqSlice {
-                    q_start: 0,
-                    q_len: t,
-                    past: self.past,
-                    blocks,
-                }],
-            });
+            self.set_layout(t);
         }
         self.inner.attend(layer, q, k, v, params)
     }
 
     fn advance(&mut self, t: usize) {
         self.past += t;
+    }
+
+    fn paged_layout(&mut self, t: usize) -> Option<PagedLayout> {
+        self.set_layout(t);
+        self.inner.paged_layout(t)
+    }
+
+    fn offload_slot(&mut self) -> &mut OffloadSlot {
+        self.inner.offload_slot()
     }
 }

@@ -171,6 +171,7 @@ impl BackendTask for Task {
             let v = serde_json::json!({
                 "model": m.info.path.display().to_string(),
                 "backend": self.kind.name(),
+                "placement": m.model.placement(),
                 "kernels": cinder::backends::kernels::describe(),
                 "reps": reps,
                 // the longest prompt test and the generation test, as single figures
@@ -193,6 +194,9 @@ impl BackendTask for Task {
                 self.kind,
                 cinder::backends::kernels::describe()
             );
+            if let Some(p) = m.model.placement() {
+                println!("offload: {p}");
+            }
             for (name, v) in &tests {
                 println!(
                     "{name:<7} {:>9.2} t/s  (min–max {:.2}–{:.2}, {reps} reps)",

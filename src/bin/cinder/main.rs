@@ -16,6 +16,7 @@ mod quantize;
 mod serve;
 
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 use cinder::backends::{self, BackendKind};
@@ -34,6 +35,11 @@ struct Cli {
     /// CPU threads for CPU backends (default: all cores).
     #[arg(long, global = true)]
     threads: Option<usize>,
+    /// Layer offload: run the first N transformer layers on an accelerator backend (wgpu, cuda) and
+    /// the rest, with the embedding and head, on a CPU backend. `--backend` may name either side;
+    /// the other is the first compiled in. More than the model has offloads every layer.
+    #[arg(long, global = true, value_name = "N")]
+    gpu_layers: Option<usize>,
     /// Log more (-v info, -vv debug); RUST_LOG overrides.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -95,14 +101,63 @@ pub fn resolve_model(model: &str) -> Result<PathBuf> {
     Ok(r.path)
 }
 
-/// Resolves MODEL and loads it (GGUF file, record directory or HF checkpoint) on `device`.
+/// Layer offload (`--gpu-layers`): the accelerator and the layers it runs.
+type Offload = (BackendKind, usize);
+
+/// This run's layer offload.
+static OFFLOAD: OnceLock<Offload> = OnceLock::new();
+
+/// Resolves MODEL and loads it (GGUF file, record directory or HF checkpoint) on `device`, split
+/// with the accelerator when `--gpu-layers` asks for it.
 pub fn load_model<B: cinder::backends::InferenceBackend>(
     model: &str,
     device: &B::Device,
 ) -> Result<cinder::importer::LoadedModel<B>> {
     let path = resolve_model(model)?;
-    cinder::importer::load_model::<B>(&path, device)
-        .with_context(|| format!("loading {}", path.display()))
+    let loaded = match OFFLOAD.get() {
+        Some(&(accel, n)) => cinder::importer::load_model_offloaded::<B>(&path, device, accel, n),
+        None => cinder::importer::load_model::<B>(&path, device),
+    };
+    loaded.with_context(|| format!("loading {}", path.display()))
+}
+
+/// Splits `--backend` and `--gpu-layers N` into the backend to run on (the CPU side) and, when
+/// N > 0, the accelerator for the first N layers.
+fn pick_offload(
+    backend: Option<&str>,
+    gpu_layers: Option<usize>,
+) -> Result<(Option<String>, Option<Offload>)> {
+    let n = match gpu_layers {
+        None | Some(0) => return Ok((backend.map(str::to_string), None)),
+        Some(n) => n,
+    };
+    let named: Option<BackendKind> = backend.map(str::parse).transpose()?;
+    // The CPU side: flex, ndarray, candle in that order; the accelerator: cuda, then wgpu.
+    let first = |cpu: bool| {
+        let order = [
+            BackendKind::Flex,
+            BackendKind::Ndarray,
+            BackendKind::Candle,
+            BackendKind::Cuda,
+            BackendKind::Wgpu,
+        ];
+        order
+            .into_iter()
+            .find(|k| k.is_compiled() && k.is_cpu() == cpu)
+    };
+    let (accel, cpu) = match named {
+        Some(k) if k.is_cpu() => (first(false), Some(k)),
+        Some(k) => (Some(k), first(true)),
+        None => (first(false), first(true)),
+    };
+    let accel = accel.context(
+        "--gpu-layers needs an accelerator backend compiled in: rebuild with `--features wgpu` or \
+         `--features cuda`",
+    )?;
+    let cpu = cpu.context(
+        "--gpu-layers runs the layers it does not offload on a CPU backend; none is compiled in",
+    )?;
+    Ok((Some(cpu.name().to_string()), Some((accel, n))))
 }
 
 fn init_logging(verbose: u8) {
@@ -168,7 +223,35 @@ fn main() -> Result<()> {
             }
         }
         _ => {
-            let kind = pick_backend(cli.backend.as_deref(), cli.threads)?;
+            let (backend, offload) = pick_offload(cli.backend.as_deref(), cli.gpu_layers)?;
+            if let Some((accel, n)) = offload {
+                if !matches!(
+                    cli.cmd,
+                    Command::Run(_)
+                        | Command::Chat(_)
+                        | Command::Perplexity(_)
+                        | Command::EvalQuant(_)
+                        | Command::Serve(_)
+                        | Command::Bench(_)
+                ) {
+                    anyhow::bail!(
+                        "--gpu-layers applies to language models only (run, chat, perplexity, eval-quant, serve, bench)"
+                    );
+                }
+                if !accel.is_compiled() {
+                    anyhow::bail!(backends::BackendError::NotCompiled {
+                        name: accel.name().into(),
+                        compiled: backends::compiled()
+                            .iter()
+                            .map(|k| k.name())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                    });
+                }
+                let _ = OFFLOAD.set((accel, n));
+                tracing::info!(accelerator = %accel, layers = n, "layer offload");
+            }
+            let kind = pick_backend(backend.as_deref(), cli.threads)?;
             tracing::info!(backend = %kind, "backend selected");
             let threads = cli.threads;
             match cli.cmd {

@@ -1,0 +1,372 @@
+//! Layer offload (`--gpu-layers N`): the first N layers on an accelerator backend (wgpu; Mesa
+//! lavapipe on machines without a GPU), the rest with the embedding and head on the CPU backend.
+//! The split model must give the whole CPU model's greedy tokens through the engine (ragged
+//! batches over the paged cache, prefix reuse, chunked prefill). Where it does not, the whole model
+//! must rate the token taken within [`NEAR_TIE`] of its own choice: the offloaded layers compute
+//! with the accelerator's arithmetic, and any two backends fork at such near-ties (tests/greedy.rs).
+//! Through a contiguous cache, a model with every layer offloaded must give the logits of the whole
+//! model on the accelerator. Runs where wgpu is compiled in (CI's backend pass); the refusals run
+//! always.
+
+mod common;
+
+use cinder::backends::default_kind;
+use cinder::prelude::*;
+use cinder::runtime::attention::ContiguousKvCache;
+use cinder::runtime::engine::{Engine, EngineConfig, Event, EventStream, Request};
+use cinder::runtime::generate::{logits_to_vec, token_tensor};
+use cinder::runtime::kv::SeqPagedCache;
+use cinder::runtime::scheduler::SchedulerConfig;
+use common::*;
+
+const GEN: usize = 16;
+
+fn prompts(reference: &str) -> Vec<String> {
+    let mut p: Vec<String> = greedy_refs(reference)
+        .into_iter()
+        .map(|r| r.prompt)
+        .collect();
+    p.push("Rust is a systems programming language that".into());
+    p.push("Die Hauptstadt von Deutschland ist".into());
+    p
+}
+
+fn collect(mut s: EventStream) -> Vec<u32> {
+    let mut toks = Vec::new();
+    while let Some(ev) = s.blocking_next() {
+        match ev {
+            Event::Token { id, .. } => toks.push(id),
+            Event::Finished { reason, .. } => {
+                assert_eq!(reason, FinishReason::Length);
+                return toks;
+            }
+        }
+    }
+    panic!("stream ended without a Finished event");
+}
+
+/// Runs every prompt together through one engine, `rounds` times in a row (the later rounds take
+/// their prompts from the prefix cache); returns each round's tokens per prompt.
+fn run<B: InferenceBackend>(
+    m: &cinder::importer::LoadedModel<B>,
+    encoded: &[Vec<u32>],
+    cfg: EngineConfig,
+    rounds: usize,
+) -> Vec<Vec<Vec<u32>>> {
+    let engine =
+        Engine::start::<B, _>(m.model.clone(), m.tokenizer.clone(), cfg).expect("engine starts");
+    let h = engine.handle();
+    (0..rounds)
+        .map(|_| {
+            let streams: Vec<EventStream> = encoded
+                .iter()
+                .map(|ids| {
+                    let r = Request {
+                        stop_on_eos: false,
+                        ..Request::greedy(ids.clone(), GEN)
+                    };
+                    h.submit(r).expect("submit")
+                })
+                .collect();
+            streams.into_iter().map(collect).collect()
+        })
+        .collect()
+}
+
+/// Logits of every position of `ids`, fed as a prefill of all but the last 3 tokens and then 3
+/// single-token steps, over a contiguous cache.
+fn contiguous_logits<B: InferenceBackend>(
+    m: &cinder::importer::LoadedModel<B>,
+    ids: &[u32],
+) -> Vec<Vec<f32>> {
+    let device = m.model.device();
+    let mut cache = ContiguousKvCache::<B>::new(m.model.n_layers(), 256);
+    let split = ids.len() - 3;
+    let mut pieces = vec![&ids[..split]];
+    pieces.extend(ids[split..].chunks(1));
+    let mut rows = Vec::new();
+    for p in pieces {
+        let t = token_tensor::<B>(p, &device);
+        let logits = m.model.forward(t, &mut cache, Logits::All);
+        let host = logits_to_vec(logits).expect("logits");
+        let vocab = m.model.vocab_size();
+        rows.extend(host.chunks(vocab).map(<[f32]>::to_vec));
+    }
+    rows
+}
+
+/// The contiguous-cache logits of the whole model on the backend it is dispatched to.
+struct WholeLogits(std::path::PathBuf, Vec<u32>);
+
+impl BackendTask for WholeLogits {
+    type Output = Vec<Vec<f32>>;
+    fn run<B: InferenceBackend>(self, device: B::Device) -> Self::Output {
+        let m = cinder::importer::load_model::<B>(&self.0, &device).expect("load");
+        contiguous_logits(&m, &self.1)
+    }
+}
+
+/// Largest probability gap at which two backends' roundings may pick different tokens (the
+/// greedy conformance test's bar for Gemma 3, whose probabilities move by up to ~0.1 when one
+/// activation scale changes by an ulp).
+const NEAR_TIE: f32 = 0.02;
+
+/// Where `got` leaves `want` (the whole model's greedy tokens), the whole model must rate the
+/// token taken within [`NEAR_TIE`] of its own choice: a fork at a near-tie, not a wrong model.
+fn forks_at_near_ties<B: InferenceBackend>(
+    whole: &cinder::importer::LoadedModel<B>,
+    prompts: &[Vec<u32>],
+    want: &[Vec<u32>],
+    got: &[Vec<u32>],
+) {
+    for (i, ((p, w), g)) in prompts.iter().zip(want).zip(got).enumerate() {
+        let Some(step) = w.iter().zip(g).position(|(a, b)| a != b) else {
+            continue;
+        };
+        let mut ids = p.clone();
+        ids.extend_from_slice(&w[..step]);
+        let device = whole.model.device();
+        // The engine's arithmetic: the paged cache (f16 K/V on the host backends).
+        let (kvh, hd) = whole.model.kv_dims();
+        let mut cache =
+            SeqPagedCache::<B>::new(whole.model.n_layers(), kvh, hd, ids.len() + 1, &device)
+                .expect("cache");
+        let logits =
+            whole
+                .model
+                .forward(token_tensor::<B>(&ids, &device), &mut cache, Logits::Last);
+        let row = logits_to_vec(logits).expect("logits");
+        let max = row.iter().copied().fold(f32::MIN, f32::max);
+        let sum: f32 = row.iter().map(|l| (l - max).exp()).sum();
+        let prob = |t: u32| (row[t as usize] - max).exp() / sum;
+        let (pw, pg) = (prob(w[step]), prob(g[step]));
+        eprintln!(
+            "prompt {i}: forks at step {step}: {} (p {pw:.4}) vs {} (p {pg:.4})",
+            w[step], g[step]
+        );
+        assert!(
+            pw - pg <= NEAR_TIE,
+            "prompt {i}, step {step}: the split model took {} (p {pg:.4}) over {} (p {pw:.4})",
+            g[step],
+            w[step]
+        );
+    }
+}
+
+fn argmax(v: &[f32]) -> usize {
+    v.iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(0, |(i, _)| i)
+}
+
+/// Loads `model` whole and split at each of `splits` on the CPU backend `C` with wgpu for the
+/// offloaded layers, and compares.
+struct SplitEqualsWhole {
+    model: &'static str,
+    reference: &'static str,
+    splits: &'static [usize],
+    /// also check prefix reuse and chunked prefill at the first split, and the contiguous cache
+    /// with every layer offloaded
+    thorough: bool,
+}
+
+impl BackendTask for SplitEqualsWhole {
+    type Output = ();
+    fn run<C: InferenceBackend>(self, device: C::Device) {
+        let path = model_path(self.model);
+        let whole = cinder::importer::load_model::<C>(&path, &device).expect("load");
+        let encoded: Vec<Vec<u32>> = prompts(self.reference)
+            .iter()
+            .map(|p| whole.tokenizer.encode(p, true).expect("encode"))
+            .collect();
+        let rounds = if self.thorough { 2 } else { 1 };
+        let base = run(&whole, &encoded, EngineConfig::default(), 1).remove(0);
+        for &n in self.splits {
+            let split =
+                cinder::importer::load_model_offloaded::<C>(&path, &device, BackendKind::Wgpu, n)
+                    .expect("split model loads");
+            let placement = split.model.placement().expect("the model is split");
+            eprintln!("{}: {placement}", self.model);
+            assert_eq!(
+                split.model.offloaded_layers(),
+                n.min(whole.model.n_layers())
+            );
+            assert_eq!(
+                split.model.n_layers() + split.model.offloaded_layers(),
+                whole.model.n_layers()
+            );
+            // Together in one batch; a second round from the prefix cache.
+            for (r, out) in run(&split, &encoded, EngineConfig::default(), rounds)
+                .into_iter()
+                .enumerate()
+            {
+                let same = out.iter().zip(&base).filter(|(a, b)| a == b).count();
+                eprintln!(
+                    "{} ({placement}), round {r}: {same} of {} prompts give the same {GEN} tokens",
+                    self.model,
+                    base.len()
+                );
+                forks_at_near_ties(&whole, &encoded, &base, &out);
+            }
+            if !self.thorough || n != self.splits[0] {
+                continue;
+            }
+            // Chunked prefill: 7 tokens per step, mixed with decodes.
+            let chunked = EngineConfig {
+                scheduler: SchedulerConfig {
+                    max_batched_tokens: 7,
+                    max_seqs: 16,
+                },
+                prefix_caching: false,
+                ..EngineConfig::default()
+            };
+            let out = run(&split, &encoded, chunked, 1).remove(0);
+            forks_at_near_ties(&whole, &encoded, &base, &out);
+            // A contiguous cache (the offloaded layers get a contiguous store too): every layer
+            // offloaded is, but for the embedding and head, the whole model on wgpu.
+            let ids = &encoded[0];
+            let all = whole.model.n_layers();
+            let b = contiguous_logits(
+                &cinder::importer::load_model_offloaded::<C>(
+                    &path,
+                    &device,
+                    BackendKind::Wgpu,
+                    all,
+                )
+                .expect("split model loads"),
+                ids,
+            );
+            let a =
+                dispatch(BackendKind::Wgpu, WholeLogits(path.clone(), ids.clone())).expect("wgpu");
+            assert_eq!(a.len(), b.len());
+            let mut worst = 0f32;
+            for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+                assert_eq!(argmax(x), argmax(y), "contiguous cache, position {i}");
+                let d = x
+                    .iter()
+                    .zip(y)
+                    .map(|(p, q)| (p - q).abs())
+                    .fold(0f32, f32::max);
+                worst = worst.max(d);
+            }
+            eprintln!(
+                "{}: contiguous cache, every layer offloaded vs the whole model on wgpu: largest \
+                 logit difference {worst}",
+                self.model
+            );
+            assert!(worst < 0.02, "logits differ by {worst}");
+        }
+    }
+}
+
+fn wgpu_or_skip() -> bool {
+    if !BackendKind::Wgpu.is_compiled() {
+        eprintln!("wgpu is not compiled in: build with --features wgpu to run the offload tests");
+        return false;
+    }
+    true
+}
+
+#[test]
+fn smollm2_offloaded_layers_give_the_cpu_tokens() {
+    if !wgpu_or_skip() {
+        return;
+    }
+    let cpu = default_kind().expect("a CPU backend");
+    dispatch(
+        cpu,
+        SplitEqualsWhole {
+            model: "smollm2-135m",
+            reference: "smollm2-135m-q4_1.greedy.jsonl",
+            // (With all 30 layers on wgpu the tokens are the whole wgpu model's: lavapipe's
+            // products depend on the batch's row count, and batched runs fork from the CPU's at
+            // gaps up to 0.08; the contiguous check below covers that split.)
+            splits: &[10],
+            thorough: true,
+        },
+    )
+    .expect("dispatch");
+}
+
+#[test]
+fn gemma3_offloaded_layers_give_the_cpu_tokens() {
+    if !wgpu_or_skip() {
+        return;
+    }
+    let cpu = default_kind().expect("a CPU backend");
+    // 6 splits just after global layer 5: the CPU share's local layer 0 is absolute layer 6.
+    dispatch(
+        cpu,
+        SplitEqualsWhole {
+            model: "gemma3-270m",
+            reference: "gemma-3-270m-q4_k_m.greedy.jsonl",
+            splits: &[6],
+            thorough: false,
+        },
+    )
+    .expect("dispatch");
+}
+
+struct Refusals;
+
+impl BackendTask for Refusals {
+    type Output = ();
+    fn run<C: InferenceBackend>(self, device: C::Device) {
+        let path = model_path("smollm2-135m");
+        // The "accelerator" is a CPU backend.
+        let refused =
+            |accel| match cinder::importer::load_model_offloaded::<C>(&path, &device, accel, 4) {
+                Ok(_) => panic!("offload to {accel} was not refused"),
+                Err(e) => e.to_string(),
+            };
+        let err = refused(C::KIND);
+        assert!(err.contains("accelerator"), "{err}");
+        // An accelerator that is not compiled in is named with its feature.
+        if !BackendKind::Cuda.is_compiled() {
+            let err = refused(BackendKind::Cuda);
+            assert!(err.contains("--features cuda"), "{err}");
+        }
+        // 0 layers: the whole model on the CPU, not split.
+        let m = cinder::importer::load_model_offloaded::<C>(&path, &device, BackendKind::Cuda, 0)
+            .expect("loads whole");
+        assert!(m.model.placement().is_none());
+        assert_eq!(m.model.offloaded_layers(), 0);
+    }
+}
+
+#[test]
+fn offload_refuses_what_cannot_work() {
+    dispatch(default_kind().expect("a CPU backend"), Refusals).expect("dispatch");
+}
+
+/// Each backend's device memory, as the KV budget sees it.
+struct Memory;
+
+impl BackendTask for Memory {
+    type Output = Option<cinder::backends::memory::DeviceMemory>;
+    fn run<B: InferenceBackend>(self, device: B::Device) -> Self::Output {
+        B::device_memory(&device)
+    }
+}
+
+#[test]
+fn device_memory_is_known_on_every_backend_here() {
+    let host = cinder::backends::memory::host_memory().expect("/proc/meminfo");
+    for kind in test_backends() {
+        if kind == BackendKind::Cuda {
+            continue; // no GPU here; compiled, and run where a device machine is lent
+        }
+        let m = dispatch(kind, Memory)
+            .expect("dispatch")
+            .unwrap_or_else(|| panic!("{kind}: no memory figure"));
+        eprintln!(
+            "{kind}: {} MiB total, {} MiB free (host: {} MiB, {} MiB)",
+            m.total >> 20,
+            m.free >> 20,
+            host.total >> 20,
+            host.free >> 20
+        );
+        assert!(m.total > 0 && m.free <= m.total, "{kind}: {m:?}");
+    }
+}
