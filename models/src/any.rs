@@ -90,6 +90,10 @@ impl<B: InferenceBackend> CausalLm<B> for AnyModel<B> {
         self.inner().offloaded_layers()
     }
 
+    fn offloaded_kv_bytes_per_token(&self) -> usize {
+        self.inner().offloaded_kv_bytes_per_token()
+    }
+
     fn prepare_cache(&self, cache: &mut dyn AttentionCache<B>) -> cinder_runtime::Result<()> {
         self.inner().prepare_cache(cache)
     }

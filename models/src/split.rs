@@ -258,6 +258,11 @@ impl<A: InferenceBackend, C: InferenceBackend> CausalLm<C> for Split<A, C> {
         self.front.n_layers()
     }
 
+    fn offloaded_kv_bytes_per_token(&self) -> usize {
+        let (kvh, hd) = self.front.kv_dims();
+        self.front.n_layers() * 2 * kvh * hd * A::KV_BYTES_PER_VALUE
+    }
+
     fn prepare_cache(&self, cache: &mut dyn AttentionCache<C>) -> cinder_runtime::Result<()> {
         let front = self.front_kv(cache, 0)?;
         *cache.offload_slot() = Some(front);

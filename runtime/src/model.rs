@@ -47,8 +47,14 @@ pub trait CausalLm<B: InferenceBackend> {
     fn n_layers(&self) -> usize;
 
     /// Layers a split model runs on another device, with their K/V in a store of its own there
-    /// (layer offload: `--gpu-layers`); 0 for a model on one device. The KV budget counts them.
+    /// (layer offload: `--gpu-layers`); 0 for a model on one device.
     fn offloaded_layers(&self) -> usize {
+        0
+    }
+
+    /// Bytes per cached token of those layers' store (K and V, as that device stores them); the KV
+    /// budget counts them beside the cache's own.
+    fn offloaded_kv_bytes_per_token(&self) -> usize {
         0
     }
 

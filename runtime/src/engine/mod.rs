@@ -703,8 +703,8 @@ fn kv_blocks<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     }
     let (kvh, hd) = model.kv_dims();
     // A split model's offloaded layers hold the same blocks in a store on the other device.
-    let layers = model.n_layers() + model.offloaded_layers();
-    let per_token = (layers * 2 * kvh * hd * B::KV_BYTES_PER_VALUE) as u64;
+    let per_token = (model.n_layers() * 2 * kvh * hd * B::KV_BYTES_PER_VALUE
+        + model.offloaded_kv_bytes_per_token()) as u64;
     let budget = cfg.kv_budget.unwrap_or_else(|| {
         default_kv_budget(
             per_token,

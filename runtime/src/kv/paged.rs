@@ -60,6 +60,14 @@ impl<B: InferenceBackend> PagedKvCache<B> {
             kv_heads,
             head_dim,
         };
+        // The whole cache against the device's free memory first, so that a budget it cannot hold
+        // is refused with the full size (each layer's allocation checks again as memory fills).
+        cinder_backends::memory::check_fits(
+            shape.bytes(B::KV_BYTES_PER_VALUE) * n_layers,
+            B::device_memory(device),
+            B::KIND,
+        )
+        .map_err(|e| RuntimeError::KvCache(format!("{n_layers} layers: {e}")))?;
         let layers = (0..n_layers)
             .map(|_| B::kv_alloc(shape, device))
             .collect::<std::result::Result<Vec<_>, _>>()
