@@ -12,6 +12,8 @@ pub mod act;
 pub mod attention;
 #[cfg(feature = "candle")]
 pub mod candle_quant;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub mod cube_quant;
 pub mod encoder;
 pub mod memory;
 pub mod quant;

@@ -708,11 +708,21 @@ dense_backend!(
 dense_backend!(
     crate::types::Wgpu,
     crate::BackendKind::Wgpu,
-    crate::memory::wgpu_memory
+    crate::memory::wgpu_memory,
+    crate::cube_quant::CubeQMatrix<burn_wgpu::WgpuRuntime, u32>,
+    crate::cube_quant::cube_prepare,
+    crate::cube_quant::cube_matmul,
+    crate::cube_quant::cube_rows,
+    crate::cube_quant::cube_shape
 );
 #[cfg(feature = "cuda")]
 dense_backend!(
     crate::types::Cuda,
     crate::BackendKind::Cuda,
-    crate::memory::cuda_memory
+    crate::memory::cuda_memory,
+    crate::cube_quant::CubeQMatrix<cubecl::cuda::CudaRuntime, u8>,
+    crate::cube_quant::cube_prepare,
+    crate::cube_quant::cube_matmul,
+    crate::cube_quant::cube_rows,
+    crate::cube_quant::cube_shape
 );
