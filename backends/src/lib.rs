@@ -62,6 +62,20 @@ pub enum BackendError {
     },
 }
 
+impl BackendError {
+    /// `kind` is not compiled into this binary (the error names the feature and what is).
+    pub fn not_compiled(kind: BackendKind) -> Self {
+        BackendError::NotCompiled {
+            name: kind.name().to_string(),
+            compiled: compiled()
+                .iter()
+                .map(|k| k.name())
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+}
+
 /// The backends Cinder can be built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BackendKind {
@@ -235,14 +249,7 @@ pub fn dispatch<T: BackendTask>(kind: BackendKind, task: T) -> Result<T::Output,
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => Ok(task.run::<types::Cuda>(Default::default())),
         #[allow(unreachable_patterns)]
-        other => Err(BackendError::NotCompiled {
-            name: other.name().to_string(),
-            compiled: compiled()
-                .iter()
-                .map(|k| k.name())
-                .collect::<Vec<_>>()
-                .join(", "),
-        }),
+        other => Err(BackendError::not_compiled(other)),
     }
 }
 

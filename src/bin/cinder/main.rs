@@ -180,14 +180,7 @@ fn pick_backend(backend: Option<&str>, threads: Option<usize>) -> Result<Backend
             let k: BackendKind = name.parse()?;
             if !k.is_compiled() {
                 // dispatch would say the same; say it before loading anything
-                anyhow::bail!(backends::BackendError::NotCompiled {
-                    name: k.name().into(),
-                    compiled: backends::compiled()
-                        .iter()
-                        .map(|k| k.name())
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                });
+                anyhow::bail!(backends::BackendError::not_compiled(k));
             }
             k
         }
@@ -239,14 +232,7 @@ fn main() -> Result<()> {
                     );
                 }
                 if !accel.is_compiled() {
-                    anyhow::bail!(backends::BackendError::NotCompiled {
-                        name: accel.name().into(),
-                        compiled: backends::compiled()
-                            .iter()
-                            .map(|k| k.name())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                    });
+                    anyhow::bail!(backends::BackendError::not_compiled(accel));
                 }
                 let _ = OFFLOAD.set((accel, n));
                 tracing::info!(accelerator = %accel, layers = n, "layer offload");
