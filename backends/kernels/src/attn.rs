@@ -8,8 +8,8 @@
 //! 8 lanes (lane `l` takes elements `l, l+8, …`) reduced as `((a0+a4)+(a1+a5))+((a2+a6)+(a3+a7))`,
 //! the exponential sum in f64, the probabilities rounded to f16 before the product with V, and V
 //! accumulated row by row in position order. Products of two f16 values are exact in f32, so a
-//! fused multiply-add gives the same result as a multiply then an add: the AVX2 path equals the
-//! scalar one bit for bit (tested).
+//! fused multiply-add gives the same result as a multiply then an add: the AVX2 and NEON paths
+//! equal the scalar one bit for bit (tested).
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
@@ -93,6 +93,12 @@ fn scale_round_f16(isa: Isa, x: &mut [f32], s: f32) {
         unsafe { avx2::scale_round_f16(x, s) };
         return;
     }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon {
+        // SAFETY: NEON is the aarch64 baseline.
+        unsafe { neon::scale_round_f16(x, s) };
+        return;
+    }
     let _ = isa;
     for v in x.iter_mut() {
         *v = f16::from_f32(*v * s).to_f32();
@@ -106,6 +112,12 @@ fn qk(isa: Isa, q: &[f32], hd: usize, runs: &[KvRun<'_>], n: usize, s: &mut [f32
         // SAFETY: AVX2, FMA and F16C confirmed above; `hd` is a multiple of 8 and every slice is
         // whole rows of `hd` (the loops index inside them).
         unsafe { avx2::qk(q, hd, runs, n, s) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon && hd.is_multiple_of(8) {
+        // SAFETY: as above, with NEON the aarch64 baseline.
+        unsafe { neon::qk(q, hd, runs, n, s) };
         return;
     }
     let _ = isa;
@@ -128,6 +140,12 @@ fn pv(isa: Isa, p: &[f32], n: usize, runs: &[KvRun<'_>], hd: usize, o: &mut [f32
     if isa == Isa::Avx2 && hd.is_multiple_of(8) && isa.is_available() {
         // SAFETY: as in `qk`.
         unsafe { avx2::pv(p, n, runs, hd, o) };
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon && hd.is_multiple_of(8) {
+        // SAFETY: as in `qk`.
+        unsafe { neon::pv(p, n, runs, hd, o) };
         return;
     }
     let _ = isa;
@@ -254,6 +272,151 @@ mod avx2 {
             for (qi, a) in acc.iter().enumerate().take(nq) {
                 // SAFETY: c + 8 <= hd, inside row qi of o.
                 unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(qi * hd + c), *a) };
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    //! The NEON twin of the AVX2 loops: 8 lanes as two 4-lane registers, the same sums in the same
+    //! order.
+    #![allow(unsafe_op_in_unsafe_fn)]
+    use super::{KvRun, NQ};
+    use crate::neon::f16x4;
+    use std::arch::aarch64::*;
+
+    /// `((a0+a4)+(a1+a5))+((a2+a6)+(a3+a7))`, then `+ 0.0` as the scalar dot adds its empty tail.
+    #[inline(always)]
+    unsafe fn hsum(a: [float32x4_t; 2]) -> f32 {
+        let s = vaddq_f32(a[0], a[1]);
+        let h = vpaddq_f32(s, s); // [s0+s1, s2+s3, ..]
+        (vgetq_lane_f32::<0>(h) + vgetq_lane_f32::<1>(h)) + 0.0
+    }
+
+    /// 8 f16 values at `p`, widened.
+    #[inline(always)]
+    unsafe fn load_h(p: *const half::f16) -> [float32x4_t; 2] {
+        [f16x4(p as *const u8), f16x4(p.add(4) as *const u8)]
+    }
+
+    /// See [`super::scale_round_f16`]: `fcvtn` rounds to nearest even (the default FPCR mode).
+    #[target_feature(enable = "neon")]
+    pub(super) unsafe fn scale_round_f16(x: &mut [f32], s: f32) {
+        let mut chunks = x.chunks_exact_mut(4);
+        for c in &mut chunks {
+            let v = vmulq_n_f32(vld1q_f32(c.as_ptr()), s);
+            let r: float32x4_t;
+            std::arch::asm!(
+                "fcvtn {t:v}.4h, {v:v}.4s",
+                "fcvtl {r:v}.4s, {t:v}.4h",
+                v = in(vreg) v,
+                t = out(vreg) _,
+                r = out(vreg) r,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+            vst1q_f32(c.as_mut_ptr(), r);
+        }
+        for v in chunks.into_remainder() {
+            *v = half::f16::from_f32(*v * s).to_f32();
+        }
+    }
+
+    /// See [`super::qk`].
+    #[target_feature(enable = "neon")]
+    pub(super) unsafe fn qk(q: &[f32], hd: usize, runs: &[KvRun<'_>], n: usize, s: &mut [f32]) {
+        let nq = q.len() / hd;
+        debug_assert!(nq <= NQ && s.len() >= nq * n);
+        let mut j = 0;
+        for run in runs {
+            for kr in run.k.chunks_exact(hd) {
+                let mut acc = [[vdupq_n_f32(0.0); 2]; NQ];
+                for c in (0..hd).step_by(8) {
+                    let kv = load_h(kr.as_ptr().add(c));
+                    for (qi, a) in acc.iter_mut().enumerate().take(nq) {
+                        let qp = q.as_ptr().add(qi * hd + c);
+                        a[0] = vfmaq_f32(a[0], vld1q_f32(qp), kv[0]);
+                        a[1] = vfmaq_f32(a[1], vld1q_f32(qp.add(4)), kv[1]);
+                    }
+                }
+                for (qi, a) in acc.iter().enumerate().take(nq) {
+                    s[qi * n + j] = hsum(*a);
+                }
+                j += 1;
+            }
+        }
+    }
+
+    /// See [`super::pv`].
+    #[target_feature(enable = "neon")]
+    pub(super) unsafe fn pv(p: &[f32], n: usize, runs: &[KvRun<'_>], hd: usize, o: &mut [f32]) {
+        let nq = o.len() / hd;
+        debug_assert!(nq <= NQ && p.len() >= nq * n);
+        for c in (0..hd).step_by(8) {
+            let mut acc = [[vdupq_n_f32(0.0); 2]; NQ];
+            let mut j = 0;
+            for run in runs {
+                for vr in run.v.chunks_exact(hd) {
+                    let vv = load_h(vr.as_ptr().add(c));
+                    for (qi, a) in acc.iter_mut().enumerate().take(nq) {
+                        let w = vdupq_n_f32(p[qi * n + j]);
+                        a[0] = vfmaq_f32(a[0], w, vv[0]);
+                        a[1] = vfmaq_f32(a[1], w, vv[1]);
+                    }
+                    j += 1;
+                }
+            }
+            for (qi, a) in acc.iter().enumerate().take(nq) {
+                let op = o.as_mut_ptr().add(qi * hd + c);
+                vst1q_f32(op, a[0]);
+                vst1q_f32(op.add(4), a[1]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+
+    /// The score and weighted-sum loops alone, bit for bit against scalar: through `attend_f16` a
+    /// one-ulp difference in a score is mostly absorbed by the f16-rounded probabilities.
+    #[test]
+    fn qk_and_pv_paths_agree_bit_for_bit() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut halves = |n: usize| -> Vec<f16> {
+            (0..n)
+                .map(|_| f16::from_f32(rng.random_range(-2.0..2.0)))
+                .collect()
+        };
+        for (hd, nq, n) in [(64, 4, 37), (256, 3, 16), (8, 1, 5)] {
+            let (k, v) = (halves(n * hd), halves(n * hd));
+            let q: Vec<f32> = halves(nq * hd).iter().map(|x| x.to_f32()).collect();
+            let p: Vec<f32> = halves(nq * n).iter().map(|x| x.to_f32()).collect();
+            let runs: Vec<KvRun<'_>> = k
+                .chunks(16 * hd)
+                .zip(v.chunks(16 * hd))
+                .map(|(k, v)| KvRun { k, v })
+                .collect();
+            let mut want = (vec![0.0; nq * n], vec![0.0; nq * hd]);
+            qk(Isa::Scalar, &q, hd, &runs, n, &mut want.0);
+            pv(Isa::Scalar, &p, n, &runs, hd, &mut want.1);
+            for isa in Isa::ALL
+                .into_iter()
+                .filter(|i| *i != Isa::Scalar && i.is_available())
+            {
+                let mut got = (vec![0.0; nq * n], vec![0.0; nq * hd]);
+                qk(isa, &q, hd, &runs, n, &mut got.0);
+                pv(isa, &p, n, &runs, hd, &mut got.1);
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got.0), bits(&want.0), "{isa:?} scores hd {hd}");
+                assert_eq!(bits(&got.1), bits(&want.1), "{isa:?} sums hd {hd}");
+                let mut r = want.1.clone();
+                scale_round_f16(isa, &mut r, 0.37);
+                let mut rs = want.1.clone();
+                scale_round_f16(Isa::Scalar, &mut rs, 0.37);
+                assert_eq!(bits(&r), bits(&rs), "{isa:?} f16 rounding");
             }
         }
     }

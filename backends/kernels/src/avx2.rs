@@ -10,7 +10,7 @@
 use std::arch::x86_64::*;
 
 use crate::act::{BlockQ8, BlockQ8K};
-use crate::scalar::scale_min_k4;
+use crate::scalar::{add_kmins, kmins, scale_min_k4};
 
 /// The two f16 values in the 4 bytes at `at`, widened with F16C (exact, as `half` is).
 ///
@@ -171,23 +171,6 @@ pub unsafe fn dot_q8_0(w: &[u8], x: &[BlockQ8]) -> f32 {
     hsum8(acc)
 }
 
-/// The min terms of a Q4_K/Q5_K super-block (4 float lanes, as the scalar twin).
-#[inline]
-fn kmins(scales: &[u8], dmin: f32, xb: &BlockQ8K, accm: &mut [f32; 4]) {
-    let bs = |s: usize| xb.bsums[2 * s] as i32 + xb.bsums[2 * s + 1] as i32;
-    for (k, a) in accm.iter_mut().enumerate() {
-        let m0 = scale_min_k4(2 * k, scales).1 as i32;
-        let m1 = scale_min_k4(2 * k + 1, scales).1 as i32;
-        let mk = m0 * bs(2 * k) + m1 * bs(2 * k + 1);
-        *a = dmin.mul_add(mk as f32, *a);
-    }
-}
-
-#[inline]
-fn finish_kmins(total: f32, accm: [f32; 4]) -> f32 {
-    total + ((accm[0] + accm[2]) + (accm[1] + accm[3]))
-}
-
 /// Q4_K · Q8_K.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q4_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
@@ -212,7 +195,7 @@ pub unsafe fn dot_q4_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
         kmins(scales, -xb.d * dminw, xb, &mut accm);
     }
-    finish_kmins(hsum8(acc), accm)
+    add_kmins(hsum8(acc), accm)
 }
 
 /// Q5_K · Q8_K.
@@ -252,7 +235,7 @@ pub unsafe fn dot_q5_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
         kmins(scales, -xb.d * dminw, xb, &mut accm);
     }
-    finish_kmins(hsum8(acc), accm)
+    add_kmins(hsum8(acc), accm)
 }
 
 /// Q6_K · Q8_K.
@@ -455,7 +438,7 @@ pub unsafe fn tile_q4_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
     }
     let mut out = [0.0f32; TILE];
     for j in 0..TILE {
-        out[j] = finish_kmins(hsum8(acc[j]), accm[j]);
+        out[j] = add_kmins(hsum8(acc[j]), accm[j]);
     }
     out
 }

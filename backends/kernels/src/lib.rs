@@ -5,8 +5,10 @@
 //! llama.cpp's CPU backend does; the float formats (F32/F16/BF16) use FMA dot products.
 //!
 //! [`Isa::detect`] picks the fastest instruction set the CPU has at run time (AVX2+FMA+F16C on x86-64,
-//! otherwise the portable [`scalar`] path). Both compute the same arithmetic in the same order, so their
-//! results are identical bit for bit (see `tests/`), and the choice never changes what a model says.
+//! with the VNNI dot products where present; NEON on aarch64, with `sdot` where present; otherwise the
+//! portable [`scalar`] path). All compute the same arithmetic in the same order, so their results are
+//! identical bit for bit (see `tests/`; the aarch64 paths run there under qemu-user in CI), and the
+//! choice never changes what a model says.
 //! Work is split over output rows with rayon (the global pool Cinder sizes with `--threads`).
 #![warn(missing_docs)]
 
@@ -17,6 +19,10 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_packed;
 pub mod elementwise;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+#[cfg(target_arch = "aarch64")]
+mod neon_packed;
 pub mod packed;
 pub mod scalar;
 
@@ -56,9 +62,14 @@ pub enum Isa {
     Scalar,
     /// x86-64 AVX2 + FMA + F16C
     Avx2,
+    /// aarch64 Advanced SIMD (with the dot-product extension where the CPU has it)
+    Neon,
 }
 
 impl Isa {
+    /// Every instruction set, portable first (tests compare each available one with [`Isa::Scalar`]).
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Neon];
+
     /// The best instruction set this CPU supports. `CINDER_KERNELS=scalar` forces the portable path
     /// (for comparisons and debugging).
     pub fn detect() -> Isa {
@@ -67,11 +78,10 @@ impl Isa {
             if std::env::var("CINDER_KERNELS").is_ok_and(|v| v == "scalar") {
                 return Isa::Scalar;
             }
-            if Isa::Avx2.is_available() {
-                Isa::Avx2
-            } else {
-                Isa::Scalar
-            }
+            [Isa::Avx2, Isa::Neon]
+                .into_iter()
+                .find(|i| i.is_available())
+                .unwrap_or(Isa::Scalar)
         })
     }
 
@@ -87,6 +97,8 @@ impl Isa {
             }
             #[cfg(not(target_arch = "x86_64"))]
             Isa::Avx2 => false,
+            // Advanced SIMD is part of the aarch64 baseline.
+            Isa::Neon => cfg!(target_arch = "aarch64"),
         }
     }
 
@@ -95,12 +107,13 @@ impl Isa {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
+            Isa::Neon => "neon",
         }
     }
 }
 
 /// The instruction set the products run with, for reports: the [`Isa`], plus the packed kernels'
-/// dot-product form on x86-64 (`avx2+avxvnni`, `avx2+avx512vnni`).
+/// dot-product form (`avx2+avxvnni`, `avx2+avx512vnni`, `neon+dotprod`).
 pub fn describe() -> String {
     let isa = Isa::detect();
     #[cfg(target_arch = "x86_64")]
@@ -111,6 +124,10 @@ pub fn describe() -> String {
             _ => "avx2",
         }
         .to_string();
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon && neon::has_dotprod() {
+        return "neon+dotprod".to_string();
     }
     isa.name().to_string()
 }
@@ -195,6 +212,26 @@ fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
             Q4_K => Dot::Q8K(v::dot_q4_k, Some(v::tile_q4_k)),
             Q5_K => Dot::Q8K(v::dot_q5_k, None),
             Q6_K => Dot::Q8K(v::dot_q6_k, Some(v::tile_q6_k)),
+            F32 => Dot::F(v::dot_f32),
+            F16 => Dot::F(v::dot_f16),
+            BF16 => Dot::F(v::dot_bf16),
+            _ => return None,
+        });
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon {
+        use neon as v;
+        return Some(match ty {
+            // Packed by `matmul_with` before a row kernel is looked up: their NEON kernels are
+            // the group kernels in `neon_packed`.
+            Q4_0 => Dot::Q8(scalar::dot_q4_0, None),
+            Q4_1 => Dot::Q8(scalar::dot_q4_1, None),
+            Q8_0 => Dot::Q8(scalar::dot_q8_0, None),
+            Q5_0 => Dot::Q8(v::dot_q5_0, None),
+            Q5_1 => Dot::Q8(v::dot_q5_1, None),
+            Q4_K => Dot::Q8K(v::dot_q4_k, None),
+            Q5_K => Dot::Q8K(v::dot_q5_k, None),
+            Q6_K => Dot::Q8K(v::dot_q6_k, None),
             F32 => Dot::F(v::dot_f32),
             F16 => Dot::F(v::dot_f16),
             BF16 => Dot::F(v::dot_bf16),

@@ -22,8 +22,8 @@
 //!
 //! The arithmetic is ggml's `vec_dot` for these types, unchanged: per block, 8 exact integer sums of
 //! 4 products (quad `g` = ggml's lane `g`), each FMA-accumulated with the block's scale into its own
-//! lane, the lanes summed in `hsum_float_8` order at the end (plus `Σ m·sx` for Q4_1). The scalar
-//! and AVX2 paths both compute exactly that, so they agree bit for bit with each other and with the
+//! lane, the lanes summed in `hsum_float_8` order at the end (plus `Σ m·sx` for Q4_1). The scalar,
+//! AVX2 and NEON paths all compute exactly that, so they agree bit for bit with each other and with the
 //! row-at-a-time kernels, and an output does not depend on how many activation rows share the
 //! call: a sequence decodes the same alone or in any batch.
 
@@ -145,6 +145,15 @@ fn group_fn(ty: GgmlType, isa: Isa) -> GroupFn {
             _ => k::q4_0,
         };
     }
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon {
+        use crate::neon_packed as k;
+        return match ty {
+            GgmlType::Q4_1 => k::q4_1,
+            GgmlType::Q8_0 => k::q8_0,
+            _ => k::q4_0,
+        };
+    }
     let _ = isa;
     match ty {
         GgmlType::Q4_1 => scalar_q4_1,
@@ -241,14 +250,7 @@ fn group_products(isa: Isa, p: &Packed, g0: usize, rows: &[&[BlockQ8]], ts: &mut
     let nb = p.k / QK;
     let gbytes = nb * chunk_bytes(p.ty).0;
     let kernel = group_fn(p.ty, isa);
-    // Q8_0 keeps 8 accumulators per activation row and re-derives |w|; with 16 vector registers
-    // a second row spills (measured single-threaded: 0.98 ns per block and row at 1 row, 1.21 at
-    // 2), so each row streams the weight once. The EVEX kernels have 32 registers.
-    let tile = if p.ty == GgmlType::Q8_0 && !wide_registers(isa) {
-        1
-    } else {
-        TILE
-    };
+    let tile = group_tile(p.ty, isa);
     for (o, t) in ts.chunks_exact_mut(m * ROWS).enumerate() {
         let g = g0 + o;
         let gw = &p.data[g * gbytes..(g + 1) * gbytes];
@@ -265,14 +267,22 @@ fn group_products(isa: Isa, p: &Packed, g0: usize, rows: &[&[BlockQ8]], ts: &mut
     }
 }
 
-/// Whether the group kernels for `isa` have 32 vector registers (the AVX-512 EVEX forms).
-fn wide_registers(isa: Isa) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2 && isa.is_available() {
-        return crate::avx2_packed::dot_level() == crate::avx2_packed::EVEX;
+/// Activation rows per group-kernel call: as many as keep the accumulators in registers.
+fn group_tile(ty: GgmlType, isa: Isa) -> usize {
+    #[cfg(target_arch = "aarch64")]
+    if isa == Isa::Neon {
+        return crate::neon_packed::TILE;
     }
-    let _ = isa;
-    false
+    #[cfg(target_arch = "x86_64")]
+    if ty == GgmlType::Q8_0 && isa == Isa::Avx2 && isa.is_available() {
+        // Q8_0 keeps 8 accumulators per activation row and re-derives |w|; with 16 vector
+        // registers a second row spills (measured single-threaded: 0.98 ns per block and row at 1
+        // row, 1.21 at 2), so each row streams the weight once. The EVEX kernels have 32 registers.
+        let wide = crate::avx2_packed::dot_level() == crate::avx2_packed::EVEX;
+        return if wide { TILE } else { 1 };
+    }
+    let _ = (ty, isa);
+    TILE
 }
 
 /// Groups per parallel task: enough tasks to balance the pool, each at least ~1 K block products

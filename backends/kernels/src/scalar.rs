@@ -156,10 +156,8 @@ fn dot_kmins(
     accm: &mut [f32; 4],
 ) {
     let mut lanes = [0i32; 8];
-    let mut mins = [0i32; 8];
     for s in 0..8 {
-        let (sc, m) = scale_min_k4(s, scales);
-        mins[s] = m as i32;
+        let sc = scale_min_k4(s, scales).0;
         for (j, lane) in lanes.iter_mut().enumerate() {
             let mut p = 0i32;
             for i in 32 * s + 4 * j..32 * s + 4 * j + 4 {
@@ -169,16 +167,31 @@ fn dot_kmins(
         }
     }
     fma_lanes(acc, d, lanes);
+    kmins(scales, dmin, xb, accm);
+}
+
+/// The min terms of a Q4_K/Q5_K super-block, in 4 float lanes (shared by every instruction set:
+/// they are a few operations per 256 values).
+#[inline]
+pub(crate) fn kmins(scales: &[u8], dmin: f32, xb: &BlockQ8K, accm: &mut [f32; 4]) {
+    let bs = |s: usize| xb.bsums[2 * s] as i32 + xb.bsums[2 * s + 1] as i32;
     for (k, a) in accm.iter_mut().enumerate() {
-        let bs = |s: usize| xb.bsums[2 * s] as i32 + xb.bsums[2 * s + 1] as i32;
-        let mk = mins[2 * k] * bs(2 * k) + mins[2 * k + 1] * bs(2 * k + 1);
+        let m0 = scale_min_k4(2 * k, scales).1 as i32;
+        let m1 = scale_min_k4(2 * k + 1, scales).1 as i32;
+        let mk = m0 * bs(2 * k) + m1 * bs(2 * k + 1);
         *a = dmin.mul_add(mk as f32, *a);
     }
 }
 
+/// A Q4_K/Q5_K row's result: the lanes' sum plus the min terms, in the order every path uses.
+#[inline]
+pub(crate) fn add_kmins(total: f32, accm: [f32; 4]) -> f32 {
+    total + ((accm[0] + accm[2]) + (accm[1] + accm[3]))
+}
+
 #[inline]
 fn finish_kmins(acc: [f32; 8], accm: [f32; 4]) -> f32 {
-    hsum8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]))
+    add_kmins(hsum8(acc), accm)
 }
 
 /// Q4_K (144-byte super-blocks: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles)

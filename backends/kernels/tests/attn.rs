@@ -41,14 +41,17 @@ fn simd_equals_scalar_and_reference() {
                     let mut scratch = Vec::new();
                     let mut scalar = vec![f32::NAN; nq * hd];
                     attend_f16(Isa::Scalar, &q, hd, &r, p, &mut scratch, &mut scalar);
-                    if Isa::Avx2.is_available() {
+                    for isa in Isa::ALL
+                        .into_iter()
+                        .filter(|i| *i != Isa::Scalar && i.is_available())
+                    {
                         let mut simd = vec![f32::NAN; nq * hd];
-                        attend_f16(Isa::Avx2, &q, hd, &r, p, &mut scratch, &mut simd);
+                        attend_f16(isa, &q, hd, &r, p, &mut scratch, &mut simd);
                         let (a, b): (Vec<u32>, Vec<u32>) = (
                             scalar.iter().map(|x| x.to_bits()).collect(),
                             simd.iter().map(|x| x.to_bits()).collect(),
                         );
-                        assert_eq!(a, b, "hd {hd} nq {nq} n {n} softcap {softcap:?}");
+                        assert_eq!(a, b, "{isa:?} hd {hd} nq {nq} n {n} softcap {softcap:?}");
                     }
                     // Reference: f64 softmax of the scaled (capped) scores, weighted sum of V.
                     for qi in 0..nq {

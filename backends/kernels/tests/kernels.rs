@@ -86,14 +86,30 @@ fn random_acts(m: usize, k: usize, rng: &mut StdRng) -> Vec<f32> {
         .collect()
 }
 
+/// The SIMD instruction sets this CPU runs (AVX2 on x86-64, NEON on aarch64).
+fn simd_isas() -> Vec<Isa> {
+    Isa::ALL
+        .into_iter()
+        .filter(|i| *i != Isa::Scalar && i.is_available())
+        .collect()
+}
+
 #[test]
 fn simd_equals_scalar_bit_for_bit() {
-    if !Isa::Avx2.is_available() {
-        eprintln!("no AVX2 on this CPU: only the scalar path exists here");
-        return;
-    }
+    let simd = simd_isas();
+    assert!(
+        !simd.is_empty() || !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")),
+        "x86-64 and aarch64 CPUs have a SIMD path"
+    );
+    eprintln!(
+        "comparing {simd:?} ({}) with scalar",
+        cinder_kernels::describe()
+    );
     let mut rng = StdRng::seed_from_u64(7);
-    for ty in TYPES {
+    for (ty, isa) in TYPES
+        .into_iter()
+        .flat_map(|t| simd.iter().map(move |&i| (t, i)))
+    {
         // k of 3 super-blocks, plus a width that is not a multiple of 32 for the float formats.
         let ks: &[usize] = match ty {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => &[768, 100],
@@ -112,18 +128,18 @@ fn simd_equals_scalar_bit_for_bit() {
             let mut ys = vec![0.0; m * n];
             let mut yv = vec![0.0; m * n];
             matmul_with(Isa::Scalar, w, &x, m, &mut ys).unwrap();
-            matmul_with(Isa::Avx2, w, &x, m, &mut yv).unwrap();
+            matmul_with(isa, w, &x, m, &mut yv).unwrap();
             for (i, (a, b)) in ys.iter().zip(&yv).enumerate() {
                 assert_eq!(
                     a.to_bits(),
                     b.to_bits(),
-                    "{} k={k} element {i}: {a} vs {b}",
+                    "{} {isa:?} k={k} element {i}: {a} vs {b}",
                     ty.name()
                 );
             }
             // m == 1 (the decode path) gives the same numbers as row 0 of the batched product.
             let mut y1 = vec![0.0; n];
-            matmul_with(Isa::Avx2, w, &x[..k], 1, &mut y1).unwrap();
+            matmul_with(isa, w, &x[..k], 1, &mut y1).unwrap();
             assert_eq!(&y1[..], &yv[..n], "{} decode vs batched", ty.name());
         }
     }
@@ -209,10 +225,7 @@ fn shape_errors_are_reported() {
 #[test]
 fn packed_products_equal_row_dots_bit_for_bit() {
     let mut rng = StdRng::seed_from_u64(11);
-    let isas: Vec<Isa> = [Isa::Scalar, Isa::Avx2]
-        .into_iter()
-        .filter(|i| i.is_available())
-        .collect();
+    let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_available()).collect();
     for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
         let (n, k) = (43, 320);
         let wd = random_weights(ty, n, k, &mut rng);
@@ -278,10 +291,7 @@ fn many_products_equal_each_alone() {
     let refs: Vec<&cinder_kernels::Packed> = packed.iter().collect();
     for m in [1, 4, 9] {
         let x = random_acts(m, k, &mut rng);
-        for isa in [Isa::Scalar, Isa::Avx2]
-            .into_iter()
-            .filter(|i| i.is_available())
-        {
+        for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
             let mut ys: Vec<Vec<f32>> = specs.iter().map(|&(_, n)| vec![0.0; m * n]).collect();
             let mut outs: Vec<&mut [f32]> = ys.iter_mut().map(|y| y.as_mut_slice()).collect();
             cinder_kernels::matmul_packed_many_with(isa, &refs, &x, m, &mut outs).unwrap();
