@@ -32,12 +32,6 @@ unsafe fn f16x2(b: &[u8], at: usize) -> (f32, f32) {
     (lanes[0], lanes[1])
 }
 
-/// The f16 at `at` (blocks where a second f16 or quant bytes follow it).
-#[inline(always)]
-unsafe fn f16_at(b: &[u8], at: usize) -> f32 {
-    f16x2(b, at).0
-}
-
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn hsum8(v: __m256) -> f32 {
@@ -79,66 +73,15 @@ unsafe fn lanes_us(a: __m256i, b: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
 }
 
-/// As [`lanes_us`] for two signed operands (sign moved onto `b`).
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn lanes_ss(a: __m256i, b: __m256i) -> __m256i {
-    lanes_us(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a))
-}
-
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn load_q(x: &[i8]) -> __m256i {
     _mm256_loadu_si256(x.as_ptr() as *const __m256i)
 }
 
-/// Q4_0 · Q8_0.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q4_0(w: &[u8], x: &[BlockQ8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for (b, xb) in w.chunks_exact(18).zip(x) {
-        let d = _mm256_set1_ps(f16_at(b, 0) * xb.d);
-        let q = _mm256_sub_epi8(nibbles32(b.as_ptr().add(2)), _mm256_set1_epi8(8));
-        let l = _mm256_cvtepi32_ps(lanes_ss(q, load_q(&xb.qs)));
-        acc = _mm256_fmadd_ps(d, l, acc);
-    }
-    hsum8(acc)
-}
-
-/// Q4_1 · Q8_1.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q4_1(w: &[u8], x: &[BlockQ8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0.0f32;
-    for (b, xb) in w.chunks_exact(20).zip(x) {
-        let (dw, mw) = f16x2(b, 0);
-        summs += mw * xb.s;
-        let d = _mm256_set1_ps(dw * xb.d);
-        let q = nibbles32(b.as_ptr().add(4));
-        let l = _mm256_cvtepi32_ps(lanes_us(q, load_q(&xb.qs)));
-        acc = _mm256_fmadd_ps(d, l, acc);
-    }
-    hsum8(acc) + summs
-}
-
 #[inline]
 fn qh_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-
-/// Q5_0 · Q8_0.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q5_0(w: &[u8], x: &[BlockQ8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for (b, xb) in w.chunks_exact(22).zip(x) {
-        let d = _mm256_set1_ps(f16_at(b, 0) * xb.d);
-        let hi = _mm256_and_si256(bits32(qh_at(b, 2)), _mm256_set1_epi8(0x10));
-        let q = _mm256_or_si256(nibbles32(b.as_ptr().add(6)), hi);
-        let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
-        let l = _mm256_cvtepi32_ps(lanes_ss(q, load_q(&xb.qs)));
-        acc = _mm256_fmadd_ps(d, l, acc);
-    }
-    hsum8(acc)
 }
 
 /// Q5_1 · Q8_1.
@@ -156,19 +99,6 @@ pub unsafe fn dot_q5_1(w: &[u8], x: &[BlockQ8]) -> f32 {
         acc = _mm256_fmadd_ps(d, l, acc);
     }
     hsum8(acc) + summs
-}
-
-/// Q8_0 · Q8_0.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q8_0(w: &[u8], x: &[BlockQ8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for (b, xb) in w.chunks_exact(34).zip(x) {
-        let d = _mm256_set1_ps(f16_at(b, 0) * xb.d);
-        let q = _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i);
-        let l = _mm256_cvtepi32_ps(lanes_ss(q, load_q(&xb.qs)));
-        acc = _mm256_fmadd_ps(d, l, acc);
-    }
-    hsum8(acc)
 }
 
 /// Q4_K · Q8_K.
@@ -391,20 +321,10 @@ macro_rules! tile32 {
     };
 }
 
-tile32!(tile_q4_0, 18, signed: true, offset: false,
-    |b| _mm256_sub_epi8(nibbles32(b.as_ptr().add(2)), _mm256_set1_epi8(8)));
-tile32!(tile_q4_1, 20, signed: false, offset: true, |b| nibbles32(b.as_ptr().add(4)));
-tile32!(tile_q5_0, 22, signed: true, offset: false, |b| {
-    let hi = _mm256_and_si256(bits32(qh_at(b, 2)), _mm256_set1_epi8(0x10));
-    _mm256_sub_epi8(_mm256_or_si256(nibbles32(b.as_ptr().add(6)), hi), _mm256_set1_epi8(16))
-});
 tile32!(tile_q5_1, 24, signed: false, offset: true, |b| {
     let hi = _mm256_and_si256(bits32(qh_at(b, 4)), _mm256_set1_epi8(0x10));
     _mm256_or_si256(nibbles32(b.as_ptr().add(8)), hi)
 });
-tile32!(tile_q8_0, 34, signed: true, offset: false,
-    |b| _mm256_loadu_si256(b.as_ptr().add(2) as *const __m256i));
-
 /// Q4_K · [`TILE`] rows.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn tile_q4_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {

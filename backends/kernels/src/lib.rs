@@ -184,8 +184,7 @@ mod avx2_safe {
             }
         )*};
     }
-    wrap!(dot_q4_0: BlockQ8, dot_q4_1: BlockQ8, dot_q5_0: BlockQ8, dot_q5_1: BlockQ8,
-          dot_q8_0: BlockQ8, dot_q4_k: BlockQ8K, dot_q5_k: BlockQ8K, dot_q6_k: BlockQ8K,
+    wrap!(dot_q5_1: BlockQ8, dot_q4_k: BlockQ8K, dot_q5_k: BlockQ8K, dot_q6_k: BlockQ8K,
           dot_f32: f32, dot_f16: f32, dot_bf16: f32);
     macro_rules! wrap_tile {
         ($($name:ident: $act:ty),* $(,)?) => {$(
@@ -194,8 +193,7 @@ mod avx2_safe {
             }
         )*};
     }
-    wrap_tile!(tile_q4_0: BlockQ8, tile_q4_1: BlockQ8, tile_q5_0: BlockQ8, tile_q5_1: BlockQ8,
-               tile_q8_0: BlockQ8, tile_q4_k: BlockQ8K, tile_q6_k: BlockQ8K);
+    wrap_tile!(tile_q5_1: BlockQ8, tile_q4_k: BlockQ8K, tile_q6_k: BlockQ8K);
 }
 
 fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
@@ -204,11 +202,9 @@ fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
     if isa == Isa::Avx2 && isa.is_available() {
         use avx2_safe as v;
         return Some(match ty {
-            Q4_0 => Dot::Q8(v::dot_q4_0, Some(v::tile_q4_0)),
-            Q4_1 => Dot::Q8(v::dot_q4_1, Some(v::tile_q4_1)),
-            Q5_0 => Dot::Q8(v::dot_q5_0, Some(v::tile_q5_0)),
+            // Packed by `matmul_with` before a row kernel is looked up (`avx2_packed`).
+            Q4_0 | Q4_1 | Q5_0 | Q8_0 => return dot_for(ty, Isa::Scalar),
             Q5_1 => Dot::Q8(v::dot_q5_1, Some(v::tile_q5_1)),
-            Q8_0 => Dot::Q8(v::dot_q8_0, Some(v::tile_q8_0)),
             Q4_K => Dot::Q8K(v::dot_q4_k, Some(v::tile_q4_k)),
             Q5_K => Dot::Q8K(v::dot_q5_k, None),
             Q6_K => Dot::Q8K(v::dot_q6_k, Some(v::tile_q6_k)),
@@ -222,12 +218,8 @@ fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
     if isa == Isa::Neon {
         use neon as v;
         return Some(match ty {
-            // Packed by `matmul_with` before a row kernel is looked up: their NEON kernels are
-            // the group kernels in `neon_packed`.
-            Q4_0 => Dot::Q8(scalar::dot_q4_0, None),
-            Q4_1 => Dot::Q8(scalar::dot_q4_1, None),
-            Q8_0 => Dot::Q8(scalar::dot_q8_0, None),
-            Q5_0 => Dot::Q8(v::dot_q5_0, None),
+            // Packed by `matmul_with` before a row kernel is looked up (`neon_packed`).
+            Q4_0 | Q4_1 | Q5_0 | Q8_0 => return dot_for(ty, Isa::Scalar),
             Q5_1 => Dot::Q8(v::dot_q5_1, None),
             Q4_K => Dot::Q8K(v::dot_q4_k, None),
             Q5_K => Dot::Q8K(v::dot_q5_k, None),

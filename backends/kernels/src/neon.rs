@@ -1,4 +1,4 @@
-//! aarch64 NEON dot products for the row-at-a-time formats (Q5_0, Q5_1, the K-quants and the float
+//! aarch64 NEON dot products for the row-at-a-time formats (Q5_1, the K-quants and the float
 //! formats). Each computes exactly what its [`crate::scalar`] twin does: the same 8 integer lanes per
 //! 32 values (lane `j` = the 4 products of values `4j..4j+4`), kept as two 4-lane registers, the same
 //! fused multiply-adds in the same order, and the same `hsum8` at the end; so the two agree bit for
@@ -8,8 +8,8 @@
 //! M-series, Graviton 2+, Ampere Altra), otherwise widening multiplies and pairwise adds, which give
 //! the same integers. `sdot` is written in assembly: Rust's `vdotq_s32` is not stable yet.
 //!
-//! Q4_0, Q4_1 and Q8_0 never reach a row kernel ([`crate::matmul_with`] packs them): their NEON
-//! group kernels are in [`crate::neon_packed`].
+//! Q4_0, Q4_1, Q5_0 and Q8_0 never reach a row kernel ([`crate::matmul_with`] packs them): their
+//! NEON group kernels are in [`crate::neon_packed`].
 #![allow(unsafe_op_in_unsafe_fn)]
 // Index loops mirror the scalar twin's lane layout.
 #![allow(clippy::needless_range_loop)]
@@ -142,18 +142,6 @@ unsafe fn q5_values(qh: &[u8], qs: *const u8) -> [uint8x16_t; 2] {
 #[inline(always)]
 unsafe fn signed(v: [uint8x16_t; 2]) -> [int8x16_t; 2] {
     [vreinterpretq_s8_u8(v[0]), vreinterpretq_s8_u8(v[1])]
-}
-
-#[inline(always)]
-unsafe fn q5_0<const D: bool>(w: &[u8], x: &[BlockQ8]) -> f32 {
-    let mut acc = zero();
-    let sixteen = vdupq_n_s8(16);
-    for (b, xb) in w.chunks_exact(22).zip(x) {
-        let q = signed(q5_values(&b[2..6], b.as_ptr().add(6)));
-        let q = [vsubq_s8(q[0], sixteen), vsubq_s8(q[1], sixteen)];
-        fma_lanes(&mut acc, f16_at(b, 0) * xb.d, lanes32::<D>(q, &xb.qs));
-    }
-    hsum8(acc[0], acc[1])
 }
 
 #[inline(always)]
@@ -360,7 +348,6 @@ macro_rules! entry {
 }
 
 entry!(
-    dot_q5_0 = q5_0: BlockQ8,
     dot_q5_1 = q5_1: BlockQ8,
     dot_q4_k = q4_k: BlockQ8K,
     dot_q5_k = q5_k: BlockQ8K,

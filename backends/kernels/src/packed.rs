@@ -1,4 +1,5 @@
-//! Row-interleaved ("packed") weights for the 32-wide formats Q4_0, Q4_1 and Q8_0, and their products.
+//! Row-interleaved ("packed") weights for the 32-wide formats Q4_0, Q4_1, Q8_0 and Q5_0, and their
+//! products.
 //!
 //! GGUF stores a weight row after row. The row-at-a-time kernels unpack each weight block, multiply
 //! it with the activation block, and scale and accumulate per row: about ten instructions per
@@ -26,6 +27,12 @@
 //! AVX2 and NEON paths all compute exactly that, so they agree bit for bit with each other and with the
 //! row-at-a-time kernels, and an output does not depend on how many activation rows share the
 //! call: a sequence decodes the same alone or in any batch.
+//!
+//! Q5_0 is packed in the Q8_0 layout, each value stored as the signed byte `q − 16`: ggml pairs both
+//! with Q8_0 activations and multiplies the same integers with the same scale, so the Q8_0 kernel
+//! gives exactly the Q5_0 row kernel's bits. Its packed copy is 34/22 of the tensor (8 bits per value
+//! instead of 5.5); in return Q5_0 — most of Gemma-3's projections, whose 640-wide rows rule out
+//! the K-quants — runs on the fastest kernel.
 
 use cinder_gguf::GgmlType;
 use rayon::prelude::*;
@@ -40,7 +47,30 @@ pub const TILE: usize = 4;
 
 /// The formats with a packed layout.
 pub fn packable(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    matches!(
+        ty,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0
+    )
+}
+
+/// The packed layout a format is stored in (Q5_0 widens to Q8_0's; see the module docs).
+fn layout_of(ty: GgmlType) -> GgmlType {
+    match ty {
+        GgmlType::Q5_0 => GgmlType::Q8_0,
+        t => t,
+    }
+}
+
+/// A Q5_0 block (f16 d, u32 fifth bits, 16 bytes of nibbles) as a Q8_0 block of `q − 16`.
+fn q5_0_as_q8_0(src: &[u8], dst: &mut [u8; 34]) {
+    dst[..2].copy_from_slice(&src[..2]);
+    let qh = u32::from_le_bytes([src[2], src[3], src[4], src[5]]);
+    for (i, &b) in src[6..22].iter().enumerate() {
+        let lo = (b & 0x0F) | ((((qh >> i) & 1) as u8) << 4);
+        let hi = (b >> 4) | ((((qh >> (i + 16)) & 1) as u8) << 4);
+        dst[2 + i] = (lo as i8 - 16) as u8;
+        dst[18 + i] = (hi as i8 - 16) as u8;
+    }
 }
 
 /// Bytes of one packed (group, block) chunk, and where its quants start.
@@ -55,7 +85,10 @@ pub(crate) fn chunk_bytes(ty: GgmlType) -> (usize, usize) {
 /// A weight matrix in the packed layout (see the module docs), built once per weight.
 #[derive(Debug, Clone)]
 pub struct Packed {
+    /// the source format
     ty: GgmlType,
+    /// the layout it is packed in (Q4_0, Q4_1 or Q8_0)
+    layout: GgmlType,
     n: usize,
     k: usize,
     data: Vec<u8>,
@@ -68,12 +101,10 @@ impl Packed {
         if !packable(w.ty) {
             return Ok(None);
         }
-        let (src_block, header_vals) = match w.ty {
-            GgmlType::Q4_1 => (20, 2),
-            GgmlType::Q8_0 => (34, 1),
-            _ => (18, 1),
-        };
-        let (cb, qoff) = chunk_bytes(w.ty);
+        let layout = layout_of(w.ty);
+        let src_block = w.ty.type_size() as usize;
+        let header_vals = if layout == GgmlType::Q4_1 { 2 } else { 1 };
+        let (cb, qoff) = chunk_bytes(layout);
         let nb = w.k / QK;
         let groups = w.n.div_ceil(ROWS);
         let mut data = vec![0u8; groups * nb * cb];
@@ -82,7 +113,14 @@ impl Packed {
             .for_each(|(g, dst)| {
                 for r in 0..ROWS.min(w.n - g * ROWS) {
                     let row = &w.data[(g * ROWS + r) * rb..][..rb];
+                    let mut widened = [0u8; 34];
                     for (c, src) in dst.chunks_exact_mut(cb).zip(row.chunks_exact(src_block)) {
+                        let src = if w.ty == GgmlType::Q5_0 {
+                            q5_0_as_q8_0(src, &mut widened);
+                            &widened[..]
+                        } else {
+                            src
+                        };
                         c[2 * r..2 * r + 2].copy_from_slice(&src[..2]);
                         if header_vals == 2 {
                             c[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&src[2..4]);
@@ -97,6 +135,7 @@ impl Packed {
             });
         Ok(Some(Packed {
             ty: w.ty,
+            layout,
             n: w.n,
             k: w.k,
             data,
@@ -118,7 +157,8 @@ impl Packed {
         self.k
     }
 
-    /// Bytes held (the packed copy is as large as the GGUF tensor, plus padding to 8 rows).
+    /// Bytes held (the packed copy is as large as the GGUF tensor, plus padding to 8 rows; Q5_0's
+    /// 34/22 of it).
     pub fn bytes(&self) -> usize {
         self.data.len()
     }
@@ -248,9 +288,9 @@ pub fn matmul_packed_many_with(
 fn group_products(isa: Isa, p: &Packed, g0: usize, rows: &[&[BlockQ8]], ts: &mut [f32]) {
     let m = rows.len();
     let nb = p.k / QK;
-    let gbytes = nb * chunk_bytes(p.ty).0;
-    let kernel = group_fn(p.ty, isa);
-    let tile = group_tile(p.ty, isa);
+    let gbytes = nb * chunk_bytes(p.layout).0;
+    let kernel = group_fn(p.layout, isa);
+    let tile = group_tile(p.layout, isa);
     for (o, t) in ts.chunks_exact_mut(m * ROWS).enumerate() {
         let g = g0 + o;
         let gw = &p.data[g * gbytes..(g + 1) * gbytes];

@@ -226,7 +226,7 @@ fn shape_errors_are_reported() {
 fn packed_products_equal_row_dots_bit_for_bit() {
     let mut rng = StdRng::seed_from_u64(11);
     let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_available()).collect();
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0] {
         let (n, k) = (43, 320);
         let wd = random_weights(ty, n, k, &mut rng);
         let w = Weights {
@@ -240,6 +240,7 @@ fn packed_products_equal_row_dots_bit_for_bit() {
         let dot: fn(&[u8], &[act::BlockQ8]) -> f32 = match ty {
             GgmlType::Q4_0 => cinder_kernels::scalar::dot_q4_0,
             GgmlType::Q4_1 => cinder_kernels::scalar::dot_q4_1,
+            GgmlType::Q5_0 => cinder_kernels::scalar::dot_q5_0,
             _ => cinder_kernels::scalar::dot_q8_0,
         };
         for m in [1, 2, 3, 4, 5, 11] {
@@ -275,6 +276,7 @@ fn many_products_equal_each_alone() {
         (GgmlType::Q4_1, 40),
         (GgmlType::Q4_0, 13),
         (GgmlType::Q8_0, 24),
+        (GgmlType::Q5_0, 16),
     ];
     let data: Vec<Vec<u8>> = specs
         .iter()
