@@ -278,3 +278,60 @@ fn quantized_products_match_the_scalar_kernels_on_every_backend() {
         cinder::backends::dispatch(kind, Products(kind)).expect("backend");
     }
 }
+
+struct Geglu;
+
+impl BackendTask for Geglu {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        // Every normal f16 value in (-11, 11) (both clamps and the table's whole range), and values
+        // between f16 steps (rounded on the way in).
+        let mut g: Vec<f32> = (0..=u16::MAX)
+            .map(|b| half::f16::from_bits(b).to_f32())
+            .filter(|v| v.is_finite() && v.abs() < 11.0 && v.abs() > 6.2e-5)
+            .collect();
+        g.extend((0..2000).map(|i| (i as f32 * 0.618_034).sin() * 12.0));
+        let u: Vec<f32> = (0..g.len()).map(|i| 0.5 + (i % 7) as f32 * 0.25).collect();
+        let mut want = g.clone();
+        kernels::elementwise::gelu_mul(&mut want, &u);
+        let n = g.len();
+        let t = |v: Vec<f32>| Tensor::<B, 1>::from_data(TensorData::new(v, [n]), &device);
+        let got = readback(B::gelu_mul(t(g.clone()), t(u)));
+        // The host backends read ggml's table itself; the others evaluate the formula with their
+        // own `tanh`, which may move a result across an f16 rounding boundary (one f16 step).
+        let exact = matches!(B::KIND, BackendKind::Flex | BackendKind::Ndarray);
+        let bad: Vec<usize> = (0..n)
+            .filter(|&i| {
+                let d = (got[i] - want[i]).abs();
+                if exact {
+                    got[i].to_bits() != want[i].to_bits()
+                } else {
+                    d > want[i].abs() * 2f32.powi(-10) + 1e-6
+                }
+            })
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{:?}: {} of {n} GEGLU values off ggml's, first {:?}",
+            B::KIND,
+            bad.len(),
+            bad.first().map(|&i| (g[i], got[i], want[i]))
+        );
+        // The table is ggml's: f16(gelu(f16(x))), zero at and below -10, the identity at 10 and up.
+        assert_eq!(want[g.iter().position(|&v| v == -10.0).expect("-10")], 0.0);
+        let at = |x: f32| g.iter().position(|&v| v == x).expect("value present");
+        assert_eq!(want[at(10.0)] / (0.5 + (at(10.0) % 7) as f32 * 0.25), 10.0);
+        let one = at(1.0);
+        let gelu1 = half::f16::from_f32(kernels::elementwise::gelu_tanh(1.0)).to_f32();
+        assert_eq!(want[one], gelu1 * (0.5 + (one % 7) as f32 * 0.25));
+        assert!((gelu1 - 0.841_192).abs() < 1e-3, "gelu(1) = {gelu1}");
+    }
+}
+
+#[test]
+fn geglu_matches_ggml_table_on_every_backend() {
+    for kind in common::test_backends() {
+        eprintln!("GEGLU on {kind}");
+        cinder::backends::dispatch(kind, Geglu).expect("backend");
+    }
+}

@@ -279,6 +279,37 @@ widest_simd! {
     }
 }
 
+/// GELU (tanh approximation) as ggml's CPU op computes it, with Burn ops: the input rounded to f16,
+/// the formula in f32 in ggml's operation order, the result rounded to f16, `x ≤ −10 → 0` and
+/// `x ≥ 10 → x` (ggml reads a precomputed f16 table; the host backends do too).
+pub fn generic_gelu_tanh_f16<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const COEF_A: f32 = 0.044_715;
+    let xh = crate::act::round_to_f16(x.clone());
+    // 0.5·x·(1 + tanh(√(2/π)·x·(1 + a·x·x))), evaluated left to right as C does
+    let poly = xh
+        .clone()
+        .mul_scalar(COEF_A)
+        .mul(xh.clone())
+        .add_scalar(1.0);
+    let inner = xh.clone().mul_scalar(SQRT_2_OVER_PI).mul(poly);
+    let g = crate::act::round_to_f16(xh.mul_scalar(0.5) * inner.tanh().add_scalar(1.0));
+    let low = x.clone().lower_equal_elem(-10.0);
+    let high = x.clone().greater_equal_elem(10.0);
+    g.mask_fill(low, 0.0).mask_where(high, x)
+}
+
+/// [`crate::InferenceBackend::gelu_mul`] on the host: ggml's f16 GELU table, one fused pass.
+pub fn host_gelu_mul<B: Backend, const D: usize>(g: Tensor<B, D>, u: Tensor<B, D>) -> Tensor<B, D> {
+    let shape = g.dims();
+    assert_eq!(shape, u.dims(), "gelu_mul: gate and up shapes differ");
+    let device = g.device();
+    let mut v = host_values(g);
+    let u = host_values(u);
+    cinder_kernels::elementwise::gelu_mul(&mut v, &u);
+    Tensor::from_data(TensorData::new(v, shape), &device)
+}
+
 /// [`crate::InferenceBackend::silu_mul`] on the host: one fused pass, parallel over chunks.
 pub fn host_silu_mul<B: Backend, const D: usize>(g: Tensor<B, D>, u: Tensor<B, D>) -> Tensor<B, D> {
     let shape = g.dims();

@@ -175,6 +175,13 @@ pub trait InferenceBackend: Backend {
         burn::tensor::activation::silu(g) * u
     }
 
+    /// GEGLU's gate: `gelu(g) · u` with the tanh GELU as ggml's CPU op computes it (input rounded
+    /// to f16, result rounded to f16, `x ≤ −10 → 0`, `x ≥ 10 → x`). The host backends read ggml's
+    /// f16 table ([`cinder_kernels::elementwise::gelu_mul`]); others run the formula with Burn ops.
+    fn gelu_mul<const D: usize>(g: Tensor<Self, D>, u: Tensor<Self, D>) -> Tensor<Self, D> {
+        crate::encoder::generic_gelu_tanh_f16(g) * u
+    }
+
     /// RMS norm over the last axis: `x / sqrt(mean(x²) + eps) · w`, `w` `[d]`. The host backends
     /// run ggml's arithmetic ([`cinder_kernels::elementwise::rms_norm`]: a sequential f64 sum, so
     /// the result does not depend on the CPU's vector width), rows in parallel.
@@ -578,6 +585,9 @@ macro_rules! host_backend {
             }
             fn silu_mul<const D: usize>(g: Tensor<Self, D>, u: Tensor<Self, D>) -> Tensor<Self, D> {
                 crate::encoder::host_silu_mul(g, u)
+            }
+            fn gelu_mul<const D: usize>(g: Tensor<Self, D>, u: Tensor<Self, D>) -> Tensor<Self, D> {
+                crate::encoder::host_gelu_mul(g, u)
             }
             fn rms_norm<const D: usize>(
                 x: Tensor<Self, D>,

@@ -17,7 +17,7 @@ use cinder_runtime::quant::QLinear;
 
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
-    Embedding, Ends, OutputHead, RmsNorm, Rope, RopeStyle, gelu_tanh, heads, merge_heads, project,
+    Embedding, Ends, OutputHead, RmsNorm, Rope, RopeStyle, geglu, heads, merge_heads, project,
     split_heads,
 };
 use crate::loader::WeightSource;
@@ -265,7 +265,7 @@ impl<B: InferenceBackend> Staged<B> for Gemma3<B> {
             x = x + blk.post_attn_norm.forward(blk.wo.forward(a));
             let n = blk.ffn_norm.forward(x.clone());
             let [g, u] = project(n, [&blk.w_gate, &blk.w_up]);
-            let g = gelu_tanh(g) * u;
+            let g = geglu(g, u);
             x = x + blk.post_ffn_norm.forward(blk.w_down.forward(g));
         }
         x

@@ -226,7 +226,12 @@ fn shape_errors_are_reported() {
 fn packed_products_equal_row_dots_bit_for_bit() {
     let mut rng = StdRng::seed_from_u64(11);
     let isas: Vec<Isa> = Isa::ALL.into_iter().filter(|i| i.is_available()).collect();
-    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::Q5_0] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+    ] {
         let (n, k) = (43, 320);
         let wd = random_weights(ty, n, k, &mut rng);
         let w = Weights {

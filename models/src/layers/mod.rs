@@ -6,7 +6,6 @@ use burn::tensor::{Int, Tensor, TensorData};
 use cinder_runtime::InferenceBackend;
 use cinder_runtime::model::Logits;
 use cinder_runtime::quant::QLinear;
-use cinder_runtime::quant::act::round_to_f16;
 
 /// Root-mean-square layer norm: `x / sqrt(mean(x²) + eps) * w` over the last axis.
 #[derive(Module, Debug)]
@@ -227,22 +226,13 @@ pub fn swiglu<B: InferenceBackend, const D: usize>(
     B::silu_mul(g, u)
 }
 
-/// GELU, tanh approximation (`gelu_pytorch_tanh`), as ggml's CPU op computes it: the input rounded to
-/// f16, the formula in f32, the result rounded to f16 (ggml reads a precomputed f16 table), with
-/// `x <= -10 -> 0` and `x >= 10 -> x`. Matching that rounding keeps Gemma's outputs on llama.cpp's.
-pub fn gelu_tanh<B: InferenceBackend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    const COEF_A: f32 = 0.044_715;
-    let xh = round_to_f16(x.clone());
-    // 0.5·x·(1 + tanh(√(2/π)·x·(1 + a·x²)))
-    let inner = xh
-        .clone()
-        .mul(xh.clone().powi_scalar(2).mul_scalar(COEF_A).add_scalar(1.0))
-        .mul_scalar(SQRT_2_OVER_PI);
-    let g = round_to_f16(xh.mul_scalar(0.5) * inner.tanh().add_scalar(1.0));
-    let low = x.clone().lower_equal_elem(-10.0);
-    let high = x.clone().greater_equal_elem(10.0);
-    g.mask_fill(low, 0.0).mask_where(high, x)
+/// GEGLU's gate `gelu(g) · u` (tanh GELU as ggml's CPU op computes it, f16 in and out), fused on
+/// the host backends ([`InferenceBackend::gelu_mul`]).
+pub fn geglu<B: InferenceBackend, const D: usize>(
+    g: Tensor<B, D>,
+    u: Tensor<B, D>,
+) -> Tensor<B, D> {
+    B::gelu_mul(g, u)
 }
 
 /// Token embedding table `[vocab, d]`, held as a [`QLinear`] of `vocab × d` so the same weights serve
