@@ -10,7 +10,7 @@
 use std::arch::x86_64::*;
 
 use crate::act::{BlockQ8, BlockQ8K};
-use crate::scalar::{add_kmins, kmins, scale_min_k4};
+use crate::scalar::{add_kmins, mins_k4, scale_min_k4};
 
 /// The two f16 values in the 4 bytes at `at`, widened with F16C (exact, as `half` is).
 ///
@@ -101,11 +101,38 @@ pub unsafe fn dot_q5_1(w: &[u8], x: &[BlockQ8]) -> f32 {
     hsum8(acc) + summs
 }
 
+/// The min terms of a Q4_K/Q5_K super-block ([`crate::scalar::kmins`]'s integers and fused
+/// multiply-adds, 4 lanes at once): `accm[k] += dmin · (m[2k]·bs(2k) + m[2k+1]·bs(2k+1))` with
+/// `bs(s)` the sum of the activations' partial sums `2s` and `2s+1`. `mins` from [`kmins_of`].
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kmins_v(mins: __m256i, dmin: f32, xb: &BlockQ8K, accm: __m128) -> __m128 {
+    let bs16 = _mm256_loadu_si256(xb.bsums.as_ptr() as *const __m256i);
+    let bs = _mm256_madd_epi16(bs16, _mm256_set1_epi16(1));
+    let p = _mm256_mullo_epi32(bs, mins);
+    let mk = _mm_hadd_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256::<1>(p));
+    _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mk), accm)
+}
+
+/// A super-block's 8 mins as i32 lanes for [`kmins_v`].
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn kmins_of(scales: &[u8]) -> __m256i {
+    _mm256_loadu_si256(mins_k4(scales).as_ptr() as *const __m256i)
+}
+
+/// [`add_kmins`] on the 4 min lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn finish_v(total: f32, accm: __m128) -> f32 {
+    add_kmins(total, std::mem::transmute::<__m128, [f32; 4]>(accm))
+}
+
 /// Q4_K · Q8_K.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q4_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
-    let mut accm = [0.0f32; 4];
+    let mut accm = _mm_setzero_ps();
     let m4 = _mm256_set1_epi8(0x0F);
     for (b, xb) in w.chunks_exact(144).zip(x) {
         let scales = &b[4..16];
@@ -123,16 +150,16 @@ pub unsafe fn dot_q4_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
         let (dw, dminw) = f16x2(b, 0);
         let d = xb.d * dw;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        kmins(scales, -xb.d * dminw, xb, &mut accm);
+        accm = kmins_v(kmins_of(scales), -xb.d * dminw, xb, accm);
     }
-    add_kmins(hsum8(acc), accm)
+    finish_v(hsum8(acc), accm)
 }
 
 /// Q5_K · Q8_K.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot_q5_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
-    let mut accm = [0.0f32; 4];
+    let mut accm = _mm_setzero_ps();
     let m4 = _mm256_set1_epi8(0x0F);
     let one = _mm256_set1_epi8(1);
     for (b, xb) in w.chunks_exact(176).zip(x) {
@@ -163,9 +190,9 @@ pub unsafe fn dot_q5_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
         let (dw, dminw) = f16x2(b, 0);
         let d = xb.d * dw;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        kmins(scales, -xb.d * dminw, xb, &mut accm);
+        accm = kmins_v(kmins_of(scales), -xb.d * dminw, xb, accm);
     }
-    add_kmins(hsum8(acc), accm)
+    finish_v(hsum8(acc), accm)
 }
 
 /// Q6_K · Q8_K.
@@ -329,7 +356,7 @@ tile32!(tile_q5_1, 24, signed: false, offset: true, |b| {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn tile_q4_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
     let mut acc = [_mm256_setzero_ps(); TILE];
-    let mut accm = [[0.0f32; 4]; TILE];
+    let mut accm = [_mm_setzero_ps(); TILE];
     let m4 = _mm256_set1_epi8(0x0F);
     for (ib, b) in w.chunks_exact(144).enumerate() {
         let scales = &b[4..16];
@@ -349,16 +376,17 @@ pub unsafe fn tile_q4_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
             }
         }
         let (dw, dminw) = f16x2(b, 0);
+        let mins = kmins_of(scales);
         for j in 0..TILE {
             let xb = &x[j][ib];
             let d = xb.d * dw;
             acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[j]), acc[j]);
-            kmins(scales, -xb.d * dminw, xb, &mut accm[j]);
+            accm[j] = kmins_v(mins, -xb.d * dminw, xb, accm[j]);
         }
     }
     let mut out = [0.0f32; TILE];
     for j in 0..TILE {
-        out[j] = add_kmins(hsum8(acc[j]), accm[j]);
+        out[j] = finish_v(hsum8(acc[j]), accm[j]);
     }
     out
 }

@@ -19,7 +19,7 @@ use std::arch::asm;
 use std::sync::OnceLock;
 
 use crate::act::{BlockQ8, BlockQ8K};
-use crate::scalar::{add_kmins, kmins, scale_min_k4};
+use crate::scalar::{add_kmins, mins_k4, scale_min_k4};
 
 /// Whether the 4-product sums use `sdot` (`CINDER_KERNELS=neon` keeps the plain form, for
 /// comparisons).
@@ -169,13 +169,25 @@ unsafe fn scaled<const D: bool>(
     lanes[1] = vmlaq_n_s32(lanes[1], p[1], sc[1]);
 }
 
+/// The min terms of a Q4_K/Q5_K super-block ([`crate::scalar::kmins`]'s integers and fused
+/// multiply-adds, 4 lanes at once).
+#[inline(always)]
+unsafe fn kmins_v(scales: &[u8], dmin: f32, xb: &BlockQ8K, accm: float32x4_t) -> float32x4_t {
+    let mins = mins_k4(scales);
+    let p = xb.bsums.as_ptr();
+    // bs(s) = bsums[2s] + bsums[2s+1], then m[s]·bs(s), then pairs: mk[k]
+    let lo = vmulq_s32(vpaddlq_s16(vld1q_s16(p)), vld1q_s32(mins.as_ptr()));
+    let hi = vmulq_s32(vpaddlq_s16(vld1q_s16(p.add(8))), vld1q_s32(mins.as_ptr().add(4)));
+    vfmaq_f32(accm, vdupq_n_f32(dmin), vcvtq_f32_s32(vpaddq_s32(lo, hi)))
+}
+
 /// Q4_K and Q5_K: 8 sub-blocks of 32 unsigned values with 6-bit scales and mins. `HIGH` is Q5_K
 /// (176-byte super-blocks with 32 bytes of fifth bits), otherwise Q4_K (144 bytes).
 #[inline(always)]
 unsafe fn qk_mins<const D: bool, const HIGH: bool>(w: &[u8], x: &[BlockQ8K]) -> f32 {
     let (bytes, qs_at) = if HIGH { (176, 48) } else { (144, 16) };
     let mut acc = zero();
-    let mut accm = [0.0f32; 4];
+    let mut accm = vdupq_n_f32(0.0);
     let m4 = vdupq_n_u8(0x0F);
     for (b, xb) in w.chunks_exact(bytes).zip(x) {
         let scales = &b[4..16];
@@ -205,9 +217,11 @@ unsafe fn qk_mins<const D: bool, const HIGH: bool>(w: &[u8], x: &[BlockQ8K]) -> 
             }
         }
         fma_lanes(&mut acc, xb.d * f16_at(b, 0), lanes);
-        kmins(scales, -xb.d * f16_at(b, 2), xb, &mut accm);
+        accm = kmins_v(scales, -xb.d * f16_at(b, 2), xb, accm);
     }
-    add_kmins(hsum8(acc[0], acc[1]), accm)
+    let mut m = [0.0f32; 4];
+    vst1q_f32(m.as_mut_ptr(), accm);
+    add_kmins(hsum8(acc[0], acc[1]), m)
 }
 
 /// Q6_K: 16 values per signed scale, values `q − 32` from 4 low and 2 high bits.

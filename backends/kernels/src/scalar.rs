@@ -183,6 +183,12 @@ pub(crate) fn kmins(scales: &[u8], dmin: f32, xb: &BlockQ8K, accm: &mut [f32; 4]
     }
 }
 
+/// The mins of a Q4_K/Q5_K super-block's 8 sub-blocks, widened (for the vector forms of [`kmins`]).
+#[inline]
+pub(crate) fn mins_k4(scales: &[u8]) -> [i32; 8] {
+    std::array::from_fn(|s| scale_min_k4(s, scales).1 as i32)
+}
+
 /// A Q4_K/Q5_K row's result: the lanes' sum plus the min terms, in the order every path uses.
 #[inline]
 pub(crate) fn add_kmins(total: f32, accm: [f32; 4]) -> f32 {
