@@ -424,13 +424,20 @@ fn host_matmul<B: Backend>(x: Tensor<B, 2>, w: &HostQMatrix<B::Device>) -> Tenso
     Tensor::from_data(TensorData::new(y, [m, w.w.n]), &w.device)
 }
 
-/// The packed copy of `w`, built on its first product; `None` for types without one.
+/// The packed copy of `w`, built on its first product; `None` for types without one. Once packed,
+/// the products never read the GGUF blocks again, so their mapped pages are handed back to the OS
+/// (an embedding lookup in a tied table faults in just the rows it reads): otherwise the model
+/// would be resident twice.
 fn packed_of<D>(w: &HostQMatrix<D>) -> Option<&cinder_kernels::Packed> {
     w.packed
         .get_or_init(|| {
-            cinder_kernels::Packed::new(w.w.kernel_view())
-                .ok()
-                .flatten()
+            // Pages are released as packing passes them (cumulatively from the start, so a page
+            // that straddles two steps goes with the second).
+            cinder_kernels::Packed::new_releasing(w.w.kernel_view(), |done| {
+                w.w.data.release_pages_in(0, done)
+            })
+            .ok()
+            .flatten()
         })
         .as_ref()
 }

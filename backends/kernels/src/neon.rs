@@ -177,7 +177,10 @@ unsafe fn kmins_v(scales: &[u8], dmin: f32, xb: &BlockQ8K, accm: float32x4_t) ->
     let p = xb.bsums.as_ptr();
     // bs(s) = bsums[2s] + bsums[2s+1], then m[s]·bs(s), then pairs: mk[k]
     let lo = vmulq_s32(vpaddlq_s16(vld1q_s16(p)), vld1q_s32(mins.as_ptr()));
-    let hi = vmulq_s32(vpaddlq_s16(vld1q_s16(p.add(8))), vld1q_s32(mins.as_ptr().add(4)));
+    let hi = vmulq_s32(
+        vpaddlq_s16(vld1q_s16(p.add(8))),
+        vld1q_s32(mins.as_ptr().add(4)),
+    );
     vfmaq_f32(accm, vdupq_n_f32(dmin), vcvtq_f32_s32(vpaddq_s32(lo, hi)))
 }
 

@@ -97,6 +97,17 @@ pub struct Packed {
 impl Packed {
     /// Interleaves `w`; `Ok(None)` for a type without a packed layout.
     pub fn new(w: Weights<'_>) -> Result<Option<Packed>, KernelError> {
+        Self::new_releasing(w, |_| {})
+    }
+
+    /// [`Packed::new`], calling `done(bytes)` as the first `bytes` of `w.data` have been copied
+    /// (in steps of ~1 MiB, and once at the end), so a caller holding them in a memory map can
+    /// let their pages go while the rest is packed: the model is not resident twice even for the
+    /// moment a large table is being packed.
+    pub fn new_releasing(
+        w: Weights<'_>,
+        done: impl Fn(usize),
+    ) -> Result<Option<Packed>, KernelError> {
         let rb = w.validate()?;
         if !packable(w.ty) {
             return Ok(None);
@@ -108,31 +119,39 @@ impl Packed {
         let nb = w.k / QK;
         let groups = w.n.div_ceil(ROWS);
         let mut data = vec![0u8; groups * nb * cb];
-        data.par_chunks_mut(nb * cb)
-            .enumerate()
-            .for_each(|(g, dst)| {
-                for r in 0..ROWS.min(w.n - g * ROWS) {
-                    let row = &w.data[(g * ROWS + r) * rb..][..rb];
-                    let mut widened = [0u8; 34];
-                    for (c, src) in dst.chunks_exact_mut(cb).zip(row.chunks_exact(src_block)) {
-                        let src = if w.ty == GgmlType::Q5_0 {
-                            q5_0_as_q8_0(src, &mut widened);
-                            &widened[..]
-                        } else {
-                            src
-                        };
-                        c[2 * r..2 * r + 2].copy_from_slice(&src[..2]);
-                        if header_vals == 2 {
-                            c[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&src[2..4]);
-                        }
-                        let qs = &src[2 * header_vals..];
-                        for (t, quad) in qs.chunks_exact(4).enumerate() {
-                            let at = qoff + 32 * t + 4 * r;
-                            c[at..at + 4].copy_from_slice(quad);
+        // Groups per step: ~1 MiB of source rows, parallel inside a step.
+        let step = (1usize << 20).div_ceil(ROWS * rb).max(1);
+        for (s, part) in data.chunks_mut(step * nb * cb).enumerate() {
+            let g0 = s * step;
+            part.par_chunks_mut(nb * cb)
+                .enumerate()
+                .for_each(|(i, dst)| {
+                    let g = g0 + i;
+                    for r in 0..ROWS.min(w.n - g * ROWS) {
+                        let row = &w.data[(g * ROWS + r) * rb..][..rb];
+                        let mut widened = [0u8; 34];
+                        for (c, src) in dst.chunks_exact_mut(cb).zip(row.chunks_exact(src_block)) {
+                            let src = if w.ty == GgmlType::Q5_0 {
+                                q5_0_as_q8_0(src, &mut widened);
+                                &widened[..]
+                            } else {
+                                src
+                            };
+                            c[2 * r..2 * r + 2].copy_from_slice(&src[..2]);
+                            if header_vals == 2 {
+                                c[16 + 2 * r..16 + 2 * r + 2].copy_from_slice(&src[2..4]);
+                            }
+                            let qs = &src[2 * header_vals..];
+                            for (t, quad) in qs.chunks_exact(4).enumerate() {
+                                let at = qoff + 32 * t + 4 * r;
+                                c[at..at + 4].copy_from_slice(quad);
+                            }
                         }
                     }
-                }
-            });
+                });
+            let rows_done = ((g0 + part.len() / (nb * cb)) * ROWS).min(w.n);
+            done(rows_done * rb);
+        }
         Ok(Some(Packed {
             ty: w.ty,
             layout,

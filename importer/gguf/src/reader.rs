@@ -91,6 +91,58 @@ impl SharedBytes {
     }
 }
 
+impl SharedBytes {
+    /// Lets the OS drop this range's pages from the process's memory, for weights whose bytes were
+    /// copied into another layout (packed kernels): memory-mapped bytes are re-read from the file if
+    /// touched again (an embedding row, say), so nothing is lost. Only whole pages inside the range
+    /// are released, so a neighbouring tensor's pages are never touched. Owned bytes are left as
+    /// they are.
+    pub fn release_pages(&self) {
+        self.release_pages_in(0, self.len);
+    }
+
+    /// [`SharedBytes::release_pages`] for bytes `offset..offset + len` of this range (clipped to it).
+    pub fn release_pages_in(&self, offset: usize, len: usize) {
+        #[cfg(unix)]
+        self.release_mapped_pages(
+            offset.min(self.len),
+            len.min(self.len - offset.min(self.len)),
+        );
+        #[cfg(not(unix))]
+        let _ = (offset, len);
+    }
+
+    #[cfg(unix)]
+    fn release_mapped_pages(&self, offset: usize, len: usize) {
+        let Backing::Mmap(map) = &*self.backing else {
+            return;
+        };
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let Ok(span) = usize::try_from(page) else {
+            return;
+        };
+        if span == 0 {
+            return;
+        }
+        let base = map.as_ptr() as usize;
+        let first = (base + self.start + offset).next_multiple_of(span) - base;
+        let end = (base + self.start + offset + len) / span * span - base;
+        if end <= first || end > map.len() {
+            return;
+        }
+        // SAFETY: the map is read-only and file-backed, and Cinder never writes to it: after
+        // MADV_DONTNEED a read faults the same bytes back in from the file. The range lies inside
+        // the map (checked above).
+        let released = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, first, end - first)
+        };
+        if let Err(e) = released {
+            tracing::debug!("releasing {} mapped bytes failed: {e}", end - first);
+        }
+    }
+}
+
 impl std::ops::Deref for SharedBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -625,5 +677,31 @@ impl GgufFile {
             self.tensor_data(info),
             info.n_elements() as usize,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SharedBytes;
+    use std::io::Write;
+
+    /// Releasing a mapped range's pages loses nothing: the bytes read back from the file, and the
+    /// neighbouring ranges are untouched. Owned bytes ignore the call.
+    #[test]
+    fn released_pages_read_back_the_same_bytes() {
+        let bytes: Vec<u8> = (0..300_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let mut f = tempfile::NamedTempFile::new().expect("temp file");
+        f.write_all(&bytes).expect("write");
+        let map = SharedBytes::map_file(f.path()).expect("map");
+        let mid = map.slice(10_001, 200_000).expect("in range");
+        assert_eq!(&mid[..], &bytes[10_001..210_001]);
+        mid.release_pages();
+        mid.release_pages_in(5, 150_000);
+        mid.release_pages_in(190_000, 1 << 40); // clipped to the range
+        assert_eq!(&mid[..], &bytes[10_001..210_001]);
+        assert_eq!(&map[..], &bytes[..]);
+        let owned = SharedBytes::from_vec(bytes.clone());
+        owned.release_pages();
+        assert_eq!(&owned[..], &bytes[..]);
     }
 }
