@@ -10,7 +10,7 @@
 use std::arch::x86_64::*;
 
 use crate::act::{BlockQ8, BlockQ8K};
-use crate::scalar::{add_kmins, mins_k4, scale_min_k4};
+use crate::scalar::{add_kmins, unpack_scales_k4};
 
 /// The two f16 values in the 4 bytes at `at`, widened with F16C (exact, as `half` is).
 ///
@@ -114,11 +114,11 @@ unsafe fn kmins_v(mins: __m256i, dmin: f32, xb: &BlockQ8K, accm: __m128) -> __m1
     _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(mk), accm)
 }
 
-/// A super-block's 8 mins as i32 lanes for [`kmins_v`].
+/// A super-block's 8 mins (bytes 8..16 of [`unpack_scales_k4`]) as i32 lanes for [`kmins_v`].
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn kmins_of(scales: &[u8]) -> __m256i {
-    _mm256_loadu_si256(mins_k4(scales).as_ptr() as *const __m256i)
+unsafe fn kmins_of(sm: &[u8; 16]) -> __m256i {
+    _mm256_cvtepu8_epi32(_mm_loadl_epi64(sm.as_ptr().add(8) as *const __m128i))
 }
 
 /// [`add_kmins`] on the 4 min lanes.
@@ -135,11 +135,11 @@ pub unsafe fn dot_q4_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
     let mut accm = _mm_setzero_ps();
     let m4 = _mm256_set1_epi8(0x0F);
     for (b, xb) in w.chunks_exact(144).zip(x) {
-        let scales = &b[4..16];
+        let sm = unpack_scales_k4(&b[4..16]);
         let mut sumi = _mm256_setzero_si256();
         for c in 0..4 {
-            let sl = _mm256_set1_epi16(scale_min_k4(2 * c, scales).0 as i16);
-            let sh = _mm256_set1_epi16(scale_min_k4(2 * c + 1, scales).0 as i16);
+            let sl = _mm256_set1_epi16(sm[2 * c] as i16);
+            let sh = _mm256_set1_epi16(sm[2 * c + 1] as i16);
             let bits = _mm256_loadu_si256(b.as_ptr().add(16 + 32 * c) as *const __m256i);
             let lo = _mm256_and_si256(bits, m4);
             let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
@@ -150,7 +150,7 @@ pub unsafe fn dot_q4_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
         let (dw, dminw) = f16x2(b, 0);
         let d = xb.d * dw;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        accm = kmins_v(kmins_of(scales), -xb.d * dminw, xb, accm);
+        accm = kmins_v(kmins_of(&sm), -xb.d * dminw, xb, accm);
     }
     finish_v(hsum8(acc), accm)
 }
@@ -163,12 +163,12 @@ pub unsafe fn dot_q5_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0x0F);
     let one = _mm256_set1_epi8(1);
     for (b, xb) in w.chunks_exact(176).zip(x) {
-        let scales = &b[4..16];
+        let sm = unpack_scales_k4(&b[4..16]);
         let hbits = _mm256_loadu_si256(b.as_ptr().add(16) as *const __m256i);
         let mut sumi = _mm256_setzero_si256();
         for c in 0..4 {
-            let sl = _mm256_set1_epi16(scale_min_k4(2 * c, scales).0 as i16);
-            let sh = _mm256_set1_epi16(scale_min_k4(2 * c + 1, scales).0 as i16);
+            let sl = _mm256_set1_epi16(sm[2 * c] as i16);
+            let sh = _mm256_set1_epi16(sm[2 * c + 1] as i16);
             let bits = _mm256_loadu_si256(b.as_ptr().add(48 + 32 * c) as *const __m256i);
             let hl = _mm256_and_si256(
                 _mm256_srl_epi16(hbits, _mm_cvtsi32_si128(2 * c as i32)),
@@ -190,7 +190,7 @@ pub unsafe fn dot_q5_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
         let (dw, dminw) = f16x2(b, 0);
         let d = xb.d * dw;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        accm = kmins_v(kmins_of(scales), -xb.d * dminw, xb, accm);
+        accm = kmins_v(kmins_of(&sm), -xb.d * dminw, xb, accm);
     }
     finish_v(hsum8(acc), accm)
 }
@@ -359,11 +359,11 @@ pub unsafe fn tile_q4_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
     let mut accm = [_mm_setzero_ps(); TILE];
     let m4 = _mm256_set1_epi8(0x0F);
     for (ib, b) in w.chunks_exact(144).enumerate() {
-        let scales = &b[4..16];
+        let sm = unpack_scales_k4(&b[4..16]);
         let mut sumi = [_mm256_setzero_si256(); TILE];
         for c in 0..4 {
-            let sl = _mm256_set1_epi16(scale_min_k4(2 * c, scales).0 as i16);
-            let sh = _mm256_set1_epi16(scale_min_k4(2 * c + 1, scales).0 as i16);
+            let sl = _mm256_set1_epi16(sm[2 * c] as i16);
+            let sh = _mm256_set1_epi16(sm[2 * c + 1] as i16);
             let bits = _mm256_loadu_si256(b.as_ptr().add(16 + 32 * c) as *const __m256i);
             let lo = _mm256_and_si256(bits, m4);
             let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
@@ -376,7 +376,7 @@ pub unsafe fn tile_q4_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
             }
         }
         let (dw, dminw) = f16x2(b, 0);
-        let mins = kmins_of(scales);
+        let mins = kmins_of(&sm);
         for j in 0..TILE {
             let xb = &x[j][ib];
             let d = xb.d * dw;

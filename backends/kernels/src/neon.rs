@@ -19,7 +19,7 @@ use std::arch::asm;
 use std::sync::OnceLock;
 
 use crate::act::{BlockQ8, BlockQ8K};
-use crate::scalar::{add_kmins, mins_k4, scale_min_k4};
+use crate::scalar::{add_kmins, unpack_scales_k4};
 
 /// Whether the 4-product sums use `sdot` (`CINDER_KERNELS=neon` keeps the plain form, for
 /// comparisons).
@@ -172,15 +172,14 @@ unsafe fn scaled<const D: bool>(
 /// The min terms of a Q4_K/Q5_K super-block ([`crate::scalar::kmins`]'s integers and fused
 /// multiply-adds, 4 lanes at once).
 #[inline(always)]
-unsafe fn kmins_v(scales: &[u8], dmin: f32, xb: &BlockQ8K, accm: float32x4_t) -> float32x4_t {
-    let mins = mins_k4(scales);
+unsafe fn kmins_v(sm: &[u8; 16], dmin: f32, xb: &BlockQ8K, accm: float32x4_t) -> float32x4_t {
+    // the mins, bytes 8..16, widened to 2 × 4 i32
+    let m16 = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm.as_ptr().add(8))));
+    let (m_lo, m_hi) = (vmovl_s16(vget_low_s16(m16)), vmovl_high_s16(m16));
     let p = xb.bsums.as_ptr();
     // bs(s) = bsums[2s] + bsums[2s+1], then m[s]·bs(s), then pairs: mk[k]
-    let lo = vmulq_s32(vpaddlq_s16(vld1q_s16(p)), vld1q_s32(mins.as_ptr()));
-    let hi = vmulq_s32(
-        vpaddlq_s16(vld1q_s16(p.add(8))),
-        vld1q_s32(mins.as_ptr().add(4)),
-    );
+    let lo = vmulq_s32(vpaddlq_s16(vld1q_s16(p)), m_lo);
+    let hi = vmulq_s32(vpaddlq_s16(vld1q_s16(p.add(8))), m_hi);
     vfmaq_f32(accm, vdupq_n_f32(dmin), vcvtq_f32_s32(vpaddq_s32(lo, hi)))
 }
 
@@ -193,7 +192,7 @@ unsafe fn qk_mins<const D: bool, const HIGH: bool>(w: &[u8], x: &[BlockQ8K]) -> 
     let mut accm = vdupq_n_f32(0.0);
     let m4 = vdupq_n_u8(0x0F);
     for (b, xb) in w.chunks_exact(bytes).zip(x) {
-        let scales = &b[4..16];
+        let sm = unpack_scales_k4(&b[4..16]);
         let mut lanes = [vdupq_n_s32(0); 2];
         let qh = [vld1q_u8(b.as_ptr().add(16)), vld1q_u8(b.as_ptr().add(32))];
         for c in 0..4 {
@@ -215,12 +214,12 @@ unsafe fn qk_mins<const D: bool, const HIGH: bool>(w: &[u8], x: &[BlockQ8K]) -> 
                         q[i] = vorrq_u8(q[i], vandq_u8(vtstq_u8(qh[i], bit), sixteen));
                     }
                 }
-                let sc = scale_min_k4(s, scales).0 as i32;
+                let sc = sm[s] as i32;
                 scaled::<D>(&mut lanes, [sc, sc], signed(q), &xb.qs[32 * s..]);
             }
         }
         fma_lanes(&mut acc, xb.d * f16_at(b, 0), lanes);
-        accm = kmins_v(scales, -xb.d * f16_at(b, 2), xb, accm);
+        accm = kmins_v(&sm, -xb.d * f16_at(b, 2), xb, accm);
     }
     let mut m = [0.0f32; 4];
     vst1q_f32(m.as_mut_ptr(), accm);

@@ -183,10 +183,25 @@ pub(crate) fn kmins(scales: &[u8], dmin: f32, xb: &BlockQ8K, accm: &mut [f32; 4]
     }
 }
 
-/// The mins of a Q4_K/Q5_K super-block's 8 sub-blocks, widened (for the vector forms of [`kmins`]).
+/// All 8 scales (bytes 0..8) and 8 mins (bytes 8..16) of a Q4_K/Q5_K super-block's 12 packed
+/// bytes at once, without branches (ggml's `kmask` shuffle): the same values as
+/// [`scale_min_k4`] for every sub-block (unit test).
 #[inline]
-pub(crate) fn mins_k4(scales: &[u8]) -> [i32; 8] {
-    std::array::from_fn(|s| scale_min_k4(s, scales).1 as i32)
+pub fn unpack_scales_k4(s: &[u8]) -> [u8; 16] {
+    const KMASK1: u32 = 0x3f3f_3f3f;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    const KMASK3: u32 = 0x0303_0303;
+    let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (u0, u1, u2) = (w(0), w(1), w(2));
+    let scales_lo = u0 & KMASK1;
+    let scales_hi = (u2 & KMASK2) | (((u0 >> 6) & KMASK3) << 4);
+    let mins_lo = u1 & KMASK1;
+    let mins_hi = ((u2 >> 4) & KMASK2) | (((u1 >> 6) & KMASK3) << 4);
+    let mut out = [0u8; 16];
+    for (i, v) in [scales_lo, scales_hi, mins_lo, mins_hi].into_iter().enumerate() {
+        out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    out
 }
 
 /// A Q4_K/Q5_K row's result: the lanes' sum plus the min terms, in the order every path uses.
@@ -332,4 +347,27 @@ pub fn dot_bf16(w: &[u8], x: &[f32]) -> f32 {
         |i| f32::from_bits((u16::from_le_bytes([w[2 * i], w[2 * i + 1]]) as u32) << 16),
         x,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The branch-free unpacking gives `get_scale_min_k4`'s values for every sub-block.
+    #[test]
+    fn unpacked_scales_equal_get_scale_min_k4() {
+        let mut state = 0x1234_5678_9abc_def0u64;
+        for _ in 0..10_000 {
+            let s: [u8; 12] = std::array::from_fn(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            });
+            let sm = unpack_scales_k4(&s);
+            for j in 0..8 {
+                assert_eq!((sm[j], sm[8 + j]), scale_min_k4(j, &s), "sub-block {j} of {s:?}");
+            }
+        }
+    }
 }
