@@ -307,6 +307,81 @@ pub unsafe fn dot_bf16(w: &[u8], x: &[f32]) -> f32 {
     )
 }
 
+/// [`dot_float`] for [`TILE`] activation rows at once: each 8-weight load (and its widening from
+/// f16/bf16) is shared by the rows; every row keeps its own 4 accumulators and tail, so each result
+/// equals [`dot_float`]'s bit for bit.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_float(
+    k: usize,
+    load: impl Fn(usize) -> __m256,
+    w1: impl Fn(usize) -> f32,
+    x: &[&[f32]; TILE],
+) -> [f32; TILE] {
+    let mut acc = [[_mm256_setzero_ps(); 4]; TILE];
+    let steps = k / 32;
+    for t in 0..steps {
+        for a in 0..4 {
+            let i = 32 * t + 8 * a;
+            let w = load(i);
+            for j in 0..TILE {
+                let xv = _mm256_loadu_ps(x[j].as_ptr().add(i));
+                acc[j][a] = _mm256_fmadd_ps(w, xv, acc[j][a]);
+            }
+        }
+    }
+    let mut out = [0.0f32; TILE];
+    for j in 0..TILE {
+        let a = &acc[j];
+        let sum = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3]));
+        let mut tail = 0.0f32;
+        for i in 32 * steps..k {
+            tail = w1(i).mul_add(x[j][i], tail);
+        }
+        out[j] = hsum8(sum) + tail;
+    }
+    out
+}
+
+/// F32 · [`TILE`] rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn tile_f32(w: &[u8], x: &[&[f32]; TILE]) -> [f32; TILE] {
+    let p = w.as_ptr() as *const f32;
+    tile_float(
+        x[0].len(),
+        |i| _mm256_loadu_ps(p.add(i)),
+        |i| f32::from_le_bytes([w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]]),
+        x,
+    )
+}
+
+/// F16 · [`TILE`] rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn tile_f16(w: &[u8], x: &[&[f32]; TILE]) -> [f32; TILE] {
+    let p = w.as_ptr();
+    tile_float(
+        x[0].len(),
+        |i| _mm256_cvtph_ps(_mm_loadu_si128(p.add(2 * i) as *const __m128i)),
+        |i| half::f16::from_bits(u16::from_le_bytes([w[2 * i], w[2 * i + 1]])).to_f32(),
+        x,
+    )
+}
+
+/// BF16 · [`TILE`] rows.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn tile_bf16(w: &[u8], x: &[&[f32]; TILE]) -> [f32; TILE] {
+    let p = w.as_ptr();
+    tile_float(
+        x[0].len(),
+        |i| {
+            let h = _mm_loadu_si128(p.add(2 * i) as *const __m128i);
+            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+        },
+        |i| f32::from_bits((u16::from_le_bytes([w[2 * i], w[2 * i + 1]]) as u32) << 16),
+        x,
+    )
+}
+
 /// Activation rows a tile kernel handles at once: each weight block is unpacked once and multiplied
 /// with this many rows (prefill, batches). Every row keeps its own accumulators and the same operation
 /// order as the one-row kernel, so tiled results equal row-by-row results bit for bit.

@@ -169,7 +169,7 @@ type TileQ8K = TileFn<BlockQ8K>;
 enum Dot {
     Q8(DotQ8, Option<TileQ8>),
     Q8K(DotQ8K, Option<TileQ8K>),
-    F(DotF),
+    F(DotF, Option<TileFn<f32>>),
 }
 
 // SAFETY (every wrapper below): `Isa::Avx2` is only chosen after `Isa::is_available` confirmed
@@ -193,7 +193,8 @@ mod avx2_safe {
             }
         )*};
     }
-    wrap_tile!(tile_q5_1: BlockQ8, tile_q4_k: BlockQ8K, tile_q6_k: BlockQ8K);
+    wrap_tile!(tile_q5_1: BlockQ8, tile_q4_k: BlockQ8K, tile_q6_k: BlockQ8K,
+               tile_f32: f32, tile_f16: f32, tile_bf16: f32);
 }
 
 fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
@@ -208,9 +209,9 @@ fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
             Q4_K => Dot::Q8K(v::dot_q4_k, Some(v::tile_q4_k)),
             Q5_K => Dot::Q8K(v::dot_q5_k, None),
             Q6_K => Dot::Q8K(v::dot_q6_k, Some(v::tile_q6_k)),
-            F32 => Dot::F(v::dot_f32),
-            F16 => Dot::F(v::dot_f16),
-            BF16 => Dot::F(v::dot_bf16),
+            F32 => Dot::F(v::dot_f32, Some(v::tile_f32)),
+            F16 => Dot::F(v::dot_f16, Some(v::tile_f16)),
+            BF16 => Dot::F(v::dot_bf16, Some(v::tile_bf16)),
             _ => return None,
         });
     }
@@ -224,9 +225,9 @@ fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
             Q4_K => Dot::Q8K(v::dot_q4_k, None),
             Q5_K => Dot::Q8K(v::dot_q5_k, None),
             Q6_K => Dot::Q8K(v::dot_q6_k, None),
-            F32 => Dot::F(v::dot_f32),
-            F16 => Dot::F(v::dot_f16),
-            BF16 => Dot::F(v::dot_bf16),
+            F32 => Dot::F(v::dot_f32, None),
+            F16 => Dot::F(v::dot_f16, None),
+            BF16 => Dot::F(v::dot_bf16, None),
             _ => return None,
         });
     }
@@ -241,9 +242,9 @@ fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
         Q4_K => Dot::Q8K(s::dot_q4_k, None),
         Q5_K => Dot::Q8K(s::dot_q5_k, None),
         Q6_K => Dot::Q8K(s::dot_q6_k, None),
-        F32 => Dot::F(s::dot_f32),
-        F16 => Dot::F(s::dot_f16),
-        BF16 => Dot::F(s::dot_bf16),
+        F32 => Dot::F(s::dot_f32, None),
+        F16 => Dot::F(s::dot_f16, None),
+        BF16 => Dot::F(s::dot_bf16, None),
         _ => return None,
     })
 }
@@ -362,10 +363,8 @@ pub fn matmul_with(
                 let per = k / act::QK_K;
                 rows_tiled(out, |i| &a[i * per..(i + 1) * per], |x| f(wr, x), tile, wr);
             }
-            (Dot::F(f), Activations::F32(a)) => {
-                for (i, v) in out.iter_mut().enumerate() {
-                    *v = f(wr, &a[i * k..(i + 1) * k]);
-                }
+            (Dot::F(f, tile), Activations::F32(a)) => {
+                rows_tiled(out, |i| &a[i * k..(i + 1) * k], |x| f(wr, x), tile, wr);
             }
             // `act_kind` and `dot_for` are built from the same table.
             _ => out.fill(0.0),

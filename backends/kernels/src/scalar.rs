@@ -198,7 +198,10 @@ pub fn unpack_scales_k4(s: &[u8]) -> [u8; 16] {
     let mins_lo = u1 & KMASK1;
     let mins_hi = ((u2 >> 4) & KMASK2) | (((u1 >> 6) & KMASK3) << 4);
     let mut out = [0u8; 16];
-    for (i, v) in [scales_lo, scales_hi, mins_lo, mins_hi].into_iter().enumerate() {
+    for (i, v) in [scales_lo, scales_hi, mins_lo, mins_hi]
+        .into_iter()
+        .enumerate()
+    {
         out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
     }
     out
@@ -366,7 +369,11 @@ mod tests {
             });
             let sm = unpack_scales_k4(&s);
             for j in 0..8 {
-                assert_eq!((sm[j], sm[8 + j]), scale_min_k4(j, &s), "sub-block {j} of {s:?}");
+                assert_eq!(
+                    (sm[j], sm[8 + j]),
+                    scale_min_k4(j, &s),
+                    "sub-block {j} of {s:?}"
+                );
             }
         }
     }
