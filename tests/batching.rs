@@ -14,26 +14,14 @@ const GEN: usize = 20;
 
 /// The reference prompts plus a few of other lengths and languages.
 fn prompts(reference: &str) -> Vec<String> {
-    let mut p: Vec<String> = greedy_refs(reference)
-        .into_iter()
-        .map(|r| r.prompt)
-        .collect();
-    p.push("Rust is a systems programming language that".into());
-    p.push("1, 2, 3, 4, 5,".into());
-    p.push("Die Hauptstadt von Deutschland ist".into());
-    p
-}
-
-/// Collects a stream: token ids, finish reason, usage.
-fn collect(mut s: EventStream) -> (Vec<u32>, FinishReason, usize) {
-    let mut toks = Vec::new();
-    while let Some(ev) = s.blocking_next() {
-        match ev {
-            Event::Token { id, .. } => toks.push(id),
-            Event::Finished { reason, usage, .. } => return (toks, reason, usage.cached_tokens),
-        }
-    }
-    panic!("stream ended without a Finished event");
+    reference_prompts(
+        reference,
+        &[
+            "Rust is a systems programming language that",
+            "1, 2, 3, 4, 5,",
+            "Die Hauptstadt von Deutschland ist",
+        ],
+    )
 }
 
 fn request(ids: Vec<u32>) -> Request {
@@ -60,7 +48,7 @@ fn run_together<B: InferenceBackend>(
     let out: Vec<Vec<u32>> = streams
         .into_iter()
         .map(|s| {
-            let (toks, reason, _) = collect(s);
+            let (toks, reason, _) = collect_stream(s);
             assert_eq!(reason, FinishReason::Length);
             toks
         })
@@ -179,14 +167,14 @@ impl BackendTask for PrefixHits {
             .tokenizer
             .encode(&format!("{system}\nQ: Name a prime above 90.\nA:"), true)
             .expect("encode");
-        let (cold, _, cached0) = collect(h.submit(request(a.clone())).expect("submit"));
+        let (cold, _, cached0) = collect_stream(h.submit(request(a.clone())).expect("submit"));
         assert_eq!(cached0, 0, "first request cannot hit");
         // The same prompt again: every full block but the one holding the last token is reused.
-        let (warm, _, cached1) = collect(h.submit(request(a.clone())).expect("submit"));
+        let (warm, _, cached1) = collect_stream(h.submit(request(a.clone())).expect("submit"));
         assert_eq!(warm, cold, "prefix-cache hit changed the tokens");
         assert_eq!(cached1, (a.len() - 1) / 16 * 16);
         // A different question after the same system prompt reuses the shared full blocks.
-        let (_, _, cached2) = collect(h.submit(request(b.clone())).expect("submit"));
+        let (_, _, cached2) = collect_stream(h.submit(request(b.clone())).expect("submit"));
         let shared = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
         assert_eq!(cached2, shared / 16 * 16);
         assert!(
@@ -259,10 +247,10 @@ impl BackendTask for CancelAndTimeout {
                 ..request(ids.clone())
             })
             .expect("submit");
-        let (toks, reason, _) = collect(s);
+        let (toks, reason, _) = collect_stream(s);
         assert_eq!(reason, FinishReason::Timeout);
         assert!(toks.len() < 500);
-        let (toks, reason, _) = collect(h.submit(request(ids)).expect("submit"));
+        let (toks, reason, _) = collect_stream(h.submit(request(ids)).expect("submit"));
         assert_eq!((toks.len(), reason), (GEN, FinishReason::Length));
         wait_for("blocks to return", &|| h.stats().kv_blocks_used == 0);
     }

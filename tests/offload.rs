@@ -13,37 +13,13 @@ mod common;
 use cinder::backends::default_kind;
 use cinder::prelude::*;
 use cinder::runtime::attention::ContiguousKvCache;
-use cinder::runtime::engine::{Engine, EngineConfig, Event, EventStream, Request};
+use cinder::runtime::engine::{Engine, EngineConfig, EventStream, Request};
 use cinder::runtime::generate::{logits_to_vec, token_tensor};
 use cinder::runtime::kv::SeqPagedCache;
 use cinder::runtime::scheduler::SchedulerConfig;
 use common::*;
 
 const GEN: usize = 16;
-
-fn prompts(reference: &str) -> Vec<String> {
-    let mut p: Vec<String> = greedy_refs(reference)
-        .into_iter()
-        .map(|r| r.prompt)
-        .collect();
-    p.push("Rust is a systems programming language that".into());
-    p.push("Die Hauptstadt von Deutschland ist".into());
-    p
-}
-
-fn collect(mut s: EventStream) -> Vec<u32> {
-    let mut toks = Vec::new();
-    while let Some(ev) = s.blocking_next() {
-        match ev {
-            Event::Token { id, .. } => toks.push(id),
-            Event::Finished { reason, .. } => {
-                assert_eq!(reason, FinishReason::Length);
-                return toks;
-            }
-        }
-    }
-    panic!("stream ended without a Finished event");
-}
 
 /// Runs every prompt together through one engine, `rounds` times in a row (the later rounds take
 /// their prompts from the prefix cache); returns each round's tokens per prompt.
@@ -68,7 +44,7 @@ fn run<B: InferenceBackend>(
                     h.submit(r).expect("submit")
                 })
                 .collect();
-            streams.into_iter().map(collect).collect()
+            streams.into_iter().map(collect_to_length).collect()
         })
         .collect()
 }
@@ -176,7 +152,11 @@ impl BackendTask for SplitEqualsWhole {
     fn run<C: InferenceBackend>(self, device: C::Device) {
         let path = model_path(self.model);
         let whole = cinder::importer::load_model::<C>(&path, &device).expect("load");
-        let encoded: Vec<Vec<u32>> = prompts(self.reference)
+        let extra = [
+            "Rust is a systems programming language that",
+            "Die Hauptstadt von Deutschland ist",
+        ];
+        let encoded: Vec<Vec<u32>> = reference_prompts(self.reference, &extra)
             .iter()
             .map(|p| whole.tokenizer.encode(p, true).expect("encode"))
             .collect();

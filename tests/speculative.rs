@@ -9,7 +9,7 @@ mod common;
 
 use cinder::prelude::*;
 use cinder::runtime::engine::{
-    Engine, EngineConfig, EngineStats, Event, EventStream, Request, SpeculativeConfig,
+    Engine, EngineConfig, EngineStats, EventStream, Request, SpeculativeConfig,
 };
 use cinder::runtime::sampler::SamplingParams;
 use cinder::runtime::scheduler::SchedulerConfig;
@@ -18,31 +18,14 @@ use common::*;
 const GEN: usize = 40;
 
 fn prompts() -> Vec<String> {
-    let mut p: Vec<String> = greedy_refs("smollm2-135m-q4_1.greedy.jsonl")
-        .into_iter()
-        .map(|r| r.prompt)
-        .collect();
-    // Text that repeats itself: what prompt lookup is for.
-    p.push(
-        "Copy the code exactly.\nfn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\nCopy:\nfn add(a: i32,"
-            .into(),
-    );
-    p.push("red, green, blue, red, green, blue, red, green, blue, red,".into());
-    p
-}
-
-fn collect(mut s: EventStream) -> Vec<u32> {
-    let mut toks = Vec::new();
-    while let Some(ev) = s.blocking_next() {
-        match ev {
-            Event::Token { id, .. } => toks.push(id),
-            Event::Finished { reason, .. } => {
-                assert_eq!(reason, FinishReason::Length);
-                return toks;
-            }
-        }
-    }
-    panic!("stream ended without a Finished event");
+    reference_prompts(
+        "smollm2-135m-q4_1.greedy.jsonl",
+        // Text that repeats itself: what prompt lookup is for.
+        &[
+            "Copy the code exactly.\nfn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\nCopy:\nfn add(a: i32,",
+            "red, green, blue, red, green, blue, red, green, blue, red,",
+        ],
+    )
 }
 
 /// Every prompt submitted at once; each one's tokens, and the engine's figures.
@@ -78,7 +61,7 @@ fn run_with<B: InferenceBackend>(
             .expect("submit")
         })
         .collect();
-    let out = streams.into_iter().map(collect).collect();
+    let out = streams.into_iter().map(collect_to_length).collect();
     (out, h.stats())
 }
 

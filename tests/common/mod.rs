@@ -9,6 +9,39 @@ pub mod server;
 use cinder::backends::{self, BackendKind};
 use serde::Deserialize;
 
+/// Drains an engine stream: the token ids, the finish reason and the prompt tokens served from the
+/// prefix cache.
+pub fn collect_stream(
+    mut s: cinder::runtime::engine::EventStream,
+) -> (Vec<u32>, cinder::runtime::generate::FinishReason, usize) {
+    use cinder::runtime::engine::Event;
+    let mut toks = Vec::new();
+    while let Some(ev) = s.blocking_next() {
+        match ev {
+            Event::Token { id, .. } => toks.push(id),
+            Event::Finished { reason, usage, .. } => return (toks, reason, usage.cached_tokens),
+        }
+    }
+    panic!("stream ended without a Finished event");
+}
+
+/// [`collect_stream`] for a request that must run to its token limit: the token ids.
+pub fn collect_to_length(s: cinder::runtime::engine::EventStream) -> Vec<u32> {
+    let (toks, reason, _) = collect_stream(s);
+    assert_eq!(reason, cinder::runtime::generate::FinishReason::Length);
+    toks
+}
+
+/// The prompts of a greedy reference file, then `extra`.
+pub fn reference_prompts(reference: &str, extra: &[&str]) -> Vec<String> {
+    let mut p: Vec<String> = greedy_refs(reference)
+        .into_iter()
+        .map(|r| r.prompt)
+        .collect();
+    p.extend(extra.iter().map(|s| s.to_string()));
+    p
+}
+
 /// A catalog model's path (pulled into the cache on first use).
 pub fn model_path(name: &str) -> PathBuf {
     match cinder::catalog::resolve(name) {
