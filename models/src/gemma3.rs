@@ -303,11 +303,10 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
     }
 
     fn device(&self) -> B::Device {
-        match (&self.ends, self.blocks.first()) {
-            (Some(e), _) => e.norm.weight.val().device(),
-            (None, Some(b)) => b.attn_norm.weight.val().device(),
-            (None, None) => unreachable!("ModelPart::resolve refuses a part holding nothing"),
-        }
+        Ends::device_of(
+            self.ends.as_ref(),
+            self.blocks.first().map(|b| &b.attn_norm),
+        )
     }
 }
 

@@ -294,6 +294,16 @@ pub struct Ends<B: InferenceBackend> {
 }
 
 impl<B: InferenceBackend> Ends<B> {
+    /// The device of a model part: its ends' when it holds them, else its first block's norm
+    /// (`first_block_norm`). A part always holds one or the other (`ModelPart::resolve`).
+    pub fn device_of(ends: Option<&Self>, first_block_norm: Option<&RmsNorm<B>>) -> B::Device {
+        match (ends, first_block_norm) {
+            (Some(e), _) => e.norm.weight.val().device(),
+            (None, Some(n)) => n.weight.val().device(),
+            (None, None) => unreachable!("ModelPart::resolve refuses a part holding nothing"),
+        }
+    }
+
     /// Hidden states `[b, t, d]` -> logits `[b, n, vocab]` of the positions `logits` asks for.
     pub fn logits(&self, x: Tensor<B, 3>, logits: Logits) -> Tensor<B, 3> {
         final_logits(x, logits, &self.norm, &self.head, &self.embed)
