@@ -299,26 +299,30 @@ pub fn generic_gelu_tanh_f16<B: Backend, const D: usize>(x: Tensor<B, D>) -> Ten
     g.mask_fill(low, 0.0).mask_where(high, x)
 }
 
-/// [`crate::InferenceBackend::gelu_mul`] on the host: ggml's f16 GELU table, one fused pass.
-pub fn host_gelu_mul<B: Backend, const D: usize>(g: Tensor<B, D>, u: Tensor<B, D>) -> Tensor<B, D> {
+/// A gated product `f(g, u)` of two same-shape tensors on the host, with a fused kernel.
+fn host_gate<B: Backend, const D: usize>(
+    g: Tensor<B, D>,
+    u: Tensor<B, D>,
+    what: &str,
+    kernel: fn(&mut [f32], &[f32]),
+) -> Tensor<B, D> {
     let shape = g.dims();
-    assert_eq!(shape, u.dims(), "gelu_mul: gate and up shapes differ");
+    assert_eq!(shape, u.dims(), "{what}: gate and up shapes differ");
     let device = g.device();
     let mut v = host_values(g);
     let u = host_values(u);
-    cinder_kernels::elementwise::gelu_mul(&mut v, &u);
+    kernel(&mut v, &u);
     Tensor::from_data(TensorData::new(v, shape), &device)
+}
+
+/// [`crate::InferenceBackend::gelu_mul`] on the host: ggml's f16 GELU table, one fused pass.
+pub fn host_gelu_mul<B: Backend, const D: usize>(g: Tensor<B, D>, u: Tensor<B, D>) -> Tensor<B, D> {
+    host_gate(g, u, "gelu_mul", cinder_kernels::elementwise::gelu_mul)
 }
 
 /// [`crate::InferenceBackend::silu_mul`] on the host: one fused pass, parallel over chunks.
 pub fn host_silu_mul<B: Backend, const D: usize>(g: Tensor<B, D>, u: Tensor<B, D>) -> Tensor<B, D> {
-    let shape = g.dims();
-    assert_eq!(shape, u.dims(), "silu_mul: gate and up shapes differ");
-    let device = g.device();
-    let mut v = host_values(g);
-    let u = host_values(u);
-    cinder_kernels::elementwise::silu_mul(&mut v, &u);
-    Tensor::from_data(TensorData::new(v, shape), &device)
+    host_gate(g, u, "silu_mul", cinder_kernels::elementwise::silu_mul)
 }
 
 /// [`crate::InferenceBackend::rms_norm`] on the host (ggml's arithmetic), rows in parallel.

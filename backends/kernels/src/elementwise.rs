@@ -26,13 +26,13 @@ pub fn sigmoid(x: f32) -> f32 {
     }
 }
 
-/// `g[i] = g[i] · sigmoid(g[i]) · u[i]` over the common length of `g` and `u`.
-pub fn silu_mul(g: &mut [f32], u: &[f32]) {
+/// `g[i] = f(g[i], u[i])` over the common length of `g` and `u`, in parallel chunks when long.
+fn gate_mul(g: &mut [f32], u: &[f32], f: impl Fn(f32, f32) -> f32 + Sync) {
     let n = g.len().min(u.len());
     let (g, u) = (&mut g[..n], &u[..n]);
     let run = |g: &mut [f32], u: &[f32]| {
         for (x, &y) in g.iter_mut().zip(u) {
-            *x = *x * sigmoid(*x) * y;
+            *x = f(*x, y);
         }
     };
     if n < PAR_MIN {
@@ -42,6 +42,11 @@ pub fn silu_mul(g: &mut [f32], u: &[f32]) {
             .zip(u.par_chunks(PAR_CHUNK))
             .for_each(|(g, u)| run(g, u));
     }
+}
+
+/// `g[i] = g[i] · sigmoid(g[i]) · u[i]` over the common length of `g` and `u`.
+pub fn silu_mul(g: &mut [f32], u: &[f32]) {
+    gate_mul(g, u, |x, y| x * sigmoid(x) * y);
 }
 
 /// GELU, tanh approximation, in f32 with ggml's operation order
@@ -80,21 +85,8 @@ fn gelu_f16_lookup(table: &[half::f16], x: f32) -> f32 {
 /// GEGLU's gate, `g[i] = gelu(g[i]) · u[i]` with ggml's f16-table GELU (`ggml_vec_geglu_f32`), over
 /// the common length: one pass instead of Burn's ten (and no `tanhf` per value).
 pub fn gelu_mul(g: &mut [f32], u: &[f32]) {
-    let n = g.len().min(u.len());
-    let (g, u) = (&mut g[..n], &u[..n]);
     let table = gelu_table();
-    let run = |g: &mut [f32], u: &[f32]| {
-        for (x, &y) in g.iter_mut().zip(u) {
-            *x = gelu_f16_lookup(table, *x) * y;
-        }
-    };
-    if n < PAR_MIN {
-        run(g, u);
-    } else {
-        g.par_chunks_mut(PAR_CHUNK)
-            .zip(u.par_chunks(PAR_CHUNK))
-            .for_each(|(g, u)| run(g, u));
-    }
+    gate_mul(g, u, |x, y| gelu_f16_lookup(table, x) * y);
 }
 
 /// RMS norm of each row of `x` (`[rows, d]`, in place): `x · (1 / sqrt(mean(x²) + eps)) · w`,
