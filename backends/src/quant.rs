@@ -471,7 +471,33 @@ fn host_matmul_many<B: Backend>(
 
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 fn host_rows<B: Backend>(w: &HostQMatrix<B::Device>, ids: Tensor<B, 1, Int>) -> Tensor<B, 2> {
-    rows_from_blocks(&w.w, ids, &w.device)
+    // A tied table packed as the output head: its rows come from the packed copy, so the mapped
+    // blocks that packing released stay released (each lookup would fault pages back in).
+    match w.packed.get() {
+        Some(Some(p)) => {
+            let ids = row_ids(ids);
+            let mut out = vec![0.0f32; ids.len() * p.k()];
+            // An out-of-range id is a caller bug (token ids are checked against the vocabulary).
+            if let Err(e) = p.dequantize_rows(&ids, &mut out) {
+                panic!("qw_rows: {e}");
+            }
+            Tensor::from_data(TensorData::new(out, [ids.len(), p.k()]), &w.device)
+        }
+        _ => rows_from_blocks(&w.w, ids, &w.device),
+    }
+}
+
+/// Row numbers from an id tensor; a negative id becomes an out-of-range index, reported by the
+/// lookup rather than clamped to row 0.
+fn row_ids<B: Backend>(ids: Tensor<B, 1, Int>) -> Vec<usize> {
+    let data = ids.into_data().convert::<i64>();
+    data.as_slice::<i64>()
+        .map(|s| {
+            s.iter()
+                .map(|&i| usize::try_from(i).unwrap_or(usize::MAX))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Rows `ids` of `w` as f32 `[len, k]`, dequantized on the host from its blocks (embedding
@@ -485,16 +511,7 @@ pub(crate) fn rows_from_blocks<B: Backend>(
     ids: Tensor<B, 1, Int>,
     device: &B::Device,
 ) -> Tensor<B, 2> {
-    let data = ids.into_data().convert::<i64>();
-    let ids: Vec<usize> = data
-        .as_slice::<i64>()
-        // A negative id becomes an out-of-range index, reported below rather than clamped to row 0.
-        .map(|s| {
-            s.iter()
-                .map(|&i| usize::try_from(i).unwrap_or(usize::MAX))
-                .collect()
-        })
-        .unwrap_or_default();
+    let ids = row_ids(ids);
     let mut out = vec![0.0f32; ids.len() * w.k];
     // An out-of-range id is a caller bug (token ids are checked against the vocabulary upstream).
     if let Err(e) = cinder_kernels::dequantize_rows(w.kernel_view(), &ids, &mut out) {

@@ -161,6 +161,61 @@ impl Packed {
         }))
     }
 
+    /// Weight rows `rows` dequantized into `out` (`rows.len() · k` values) from the packed copy:
+    /// the values `cinder_gguf::dequant` gives for the GGUF rows (unit test), so an embedding table
+    /// that is also the packed output head needs its mapped blocks no more.
+    pub fn dequantize_rows(&self, rows: &[usize], out: &mut [f32]) -> Result<(), KernelError> {
+        if out.len() != rows.len() * self.k {
+            return Err(KernelError::Shape {
+                what: "row output",
+                expected: rows.len() * self.k,
+                got: out.len(),
+                unit: "values",
+            });
+        }
+        let (cb, qoff) = chunk_bytes(self.layout);
+        let nb = self.k / QK;
+        for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(self.k)) {
+            if r >= self.n {
+                return Err(KernelError::Shape {
+                    what: "row index",
+                    expected: self.n,
+                    got: r,
+                    unit: "rows (index must be below)",
+                });
+            }
+            let (g, rr) = (r / ROWS, r % ROWS);
+            for (b, y) in dst.chunks_exact_mut(QK).enumerate() {
+                let c = &self.data[(g * nb + b) * cb..][..cb];
+                let d = f16_at(c, 2 * rr);
+                let q = |t: usize, i: usize| c[qoff + 32 * t + 4 * rr + i];
+                match self.layout {
+                    GgmlType::Q8_0 => {
+                        for (j, v) in y.iter_mut().enumerate() {
+                            *v = q(j / 4, j % 4) as i8 as f32 * d;
+                        }
+                    }
+                    GgmlType::Q4_1 => {
+                        let m = f16_at(c, 16 + 2 * rr);
+                        for j in 0..QK / 2 {
+                            let byte = q(j / 4, j % 4);
+                            y[j] = (byte & 0x0F) as f32 * d + m;
+                            y[j + QK / 2] = (byte >> 4) as f32 * d + m;
+                        }
+                    }
+                    _ => {
+                        for j in 0..QK / 2 {
+                            let byte = q(j / 4, j % 4);
+                            y[j] = ((byte & 0x0F) as i32 - 8) as f32 * d;
+                            y[j + QK / 2] = ((byte >> 4) as i32 - 8) as f32 * d;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Storage type.
     pub fn ty(&self) -> GgmlType {
         self.ty

@@ -331,3 +331,36 @@ fn many_products_equal_each_alone() {
     .unwrap_err();
     assert!(err.to_string().contains("weight width"), "{err}");
 }
+
+/// Rows read back from a packed copy equal the reference dequantizer's, for every packed type (an
+/// embedding table that doubles as the packed output head reads its rows there), and a bad index is
+/// refused.
+#[test]
+fn packed_rows_equal_the_reference_dequantizer() {
+    let mut rng = StdRng::seed_from_u64(13);
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q5_0,
+    ] {
+        let (n, k) = (19, 96);
+        let wd = random_weights(ty, n, k, &mut rng);
+        let w = Weights {
+            ty,
+            data: &wd,
+            n,
+            k,
+        };
+        let p = cinder_kernels::Packed::new(w).unwrap().expect("packable");
+        let rows = [0usize, 7, 8, 18, 3];
+        let mut got = vec![0.0; rows.len() * k];
+        p.dequantize_rows(&rows, &mut got).unwrap();
+        let mut want = vec![0.0; rows.len() * k];
+        cinder_kernels::dequantize_rows(w, &rows, &mut want).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want), "{}", ty.name());
+        let err = p.dequantize_rows(&[n], &mut got[..k]).unwrap_err();
+        assert!(err.to_string().contains("row index"), "{err}");
+    }
+}
