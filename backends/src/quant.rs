@@ -425,9 +425,9 @@ fn host_matmul<B: Backend>(x: Tensor<B, 2>, w: &HostQMatrix<B::Device>) -> Tenso
 }
 
 /// The packed copy of `w`, built on its first product; `None` for types without one. Once packed,
-/// the products never read the GGUF blocks again, so their mapped pages are handed back to the OS
-/// (an embedding lookup in a tied table faults in just the rows it reads): otherwise the model
-/// would be resident twice.
+/// the products never read the GGUF blocks again (nor do a tied table's embedding lookups:
+/// `host_rows`), so their mapped pages are handed back to the OS: otherwise the model would be
+/// resident twice.
 fn packed_of<D>(w: &HostQMatrix<D>) -> Option<&cinder_kernels::Packed> {
     w.packed
         .get_or_init(|| {
