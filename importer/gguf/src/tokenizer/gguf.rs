@@ -379,6 +379,7 @@ pub(super) fn build(f: &GgufFile) -> Result<GgufTokenizer> {
             .collect(),
         pieces: pieces(kind, &texts, &attrs),
         byte_tokens: byte_tokens(kind, &ids),
+        by_text: Vec::new(),
         texts,
         attrs,
         scores,
@@ -407,6 +408,7 @@ pub(super) fn build(f: &GgufFile) -> Result<GgufTokenizer> {
         ),
         TokenizerKind::WordPiece => (hf::wpm(f, &vocab, unk, &specials)?, Engine::HfFragments),
     };
+    vocab.compact();
     Ok(GgufTokenizer {
         tokenizer,
         kind,
@@ -435,7 +437,7 @@ fn per_model_attrs(f: &GgufFile, pre_name: &str, vocab: &mut Vocab) -> Result<()
     let name = opt_str(f, "general.name")?.unwrap_or("").to_lowercase();
     let arch = opt_str(f, "general.architecture")?.unwrap_or("");
     let set = |vocab: &mut Vocab, text: &str, bit: u16, on: bool| {
-        if let Some(&id) = vocab.ids.get(text) {
+        if let Some(id) = vocab.id(text) {
             let a = &mut vocab.attrs[id as usize];
             *a = if on { *a | bit } else { *a & !bit };
         }

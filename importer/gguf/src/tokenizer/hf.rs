@@ -130,9 +130,9 @@ pub(super) fn bpe(
             )));
         }
         // Hugging Face needs both sides and the result in the vocabulary; llama.cpp keeps the first rank.
-        let ok = vocab.ids.contains_key(a)
-            && vocab.ids.contains_key(b)
-            && vocab.ids.contains_key(&format!("{a}{b}"));
+        let ok = vocab.id(a).is_some()
+            && vocab.id(b).is_some()
+            && vocab.id(&format!("{a}{b}")).is_some();
         if ok && seen.insert((a, b)) {
             merges.push((a.to_string(), b.to_string()));
         } else {
@@ -195,8 +195,8 @@ pub(super) fn spm(
             .char_indices()
             .skip(1)
             .filter_map(|(at, _)| {
-                let (l, r) = (vocab.ids.get(&t[..at])?, vocab.ids.get(&t[at..])?);
-                Some((*l, *r, at))
+                let (l, r) = (vocab.id(&t[..at])?, vocab.id(&t[at..])?);
+                Some((l, r, at))
             })
             .collect();
         local.sort_unstable();

@@ -272,8 +272,10 @@ pub(super) fn build(path: &Path) -> Result<GgufTokenizer> {
         texts,
         attrs,
         ids,
+        by_text: Vec::new(),
     };
     vocab.sort_partition();
+    vocab.compact();
     Ok(GgufTokenizer {
         tokenizer,
         kind,

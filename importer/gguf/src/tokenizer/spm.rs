@@ -71,7 +71,7 @@ pub(super) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) -> Result<
         }
         let (l, r) = (syms[left as usize], syms[right as usize]);
         let piece = &text[l.start..l.start + l.len + r.len];
-        if let Some(&id) = vocab.ids.get(piece) {
+        if let Some(id) = vocab.id(piece) {
             queue.push(Bigram {
                 score: vocab.scores[id as usize],
                 left,
@@ -106,7 +106,7 @@ pub(super) fn tokenize(vocab: &Vocab, text: &str, out: &mut Vec<u32>) -> Result<
     while i >= 0 {
         let s = syms[i as usize];
         let piece = &text[s.start..s.start + s.len];
-        if let Some(&id) = vocab.ids.get(piece) {
+        if let Some(id) = vocab.id(piece) {
             out.push(id);
         } else {
             for &byte in piece.as_bytes() {
