@@ -443,26 +443,37 @@ pub fn matmul_packed_many(
 /// Dequantizes weight rows `rows` into `out` (`rows.len() · k` values), e.g. embedding lookups.
 pub fn dequantize_rows(w: Weights<'_>, rows: &[usize], out: &mut [f32]) -> Result<(), KernelError> {
     let rb = w.validate()?;
-    if out.len() != rows.len() * w.k {
-        return Err(KernelError::Shape {
-            what: "row output",
-            expected: rows.len() * w.k,
-            got: out.len(),
-            unit: "values",
-        });
-    }
+    check_rows(rows, w.n, w.k, out.len())?;
     for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(w.k)) {
-        if r >= w.n {
-            return Err(KernelError::Shape {
-                what: "row index",
-                expected: w.n,
-                got: r,
-                unit: "rows (index must be below)",
-            });
-        }
         let v = cinder_gguf::dequant::dequantize(w.ty, &w.data[r * rb..(r + 1) * rb], w.k)
             .map_err(|_| KernelError::Unsupported(w.ty.name()))?;
         dst.copy_from_slice(&v);
     }
     Ok(())
+}
+
+/// Checks a row lookup: every index below `n`, and `out_len` = `rows.len() · k` values.
+pub(crate) fn check_rows(
+    rows: &[usize],
+    n: usize,
+    k: usize,
+    out_len: usize,
+) -> Result<(), KernelError> {
+    if out_len != rows.len() * k {
+        return Err(KernelError::Shape {
+            what: "row output",
+            expected: rows.len() * k,
+            got: out_len,
+            unit: "values",
+        });
+    }
+    match rows.iter().find(|&&r| r >= n) {
+        Some(&r) => Err(KernelError::Shape {
+            what: "row index",
+            expected: n,
+            got: r,
+            unit: "rows (index must be below)",
+        }),
+        None => Ok(()),
+    }
 }

@@ -165,50 +165,23 @@ impl Packed {
     /// the values `cinder_gguf::dequant` gives for the GGUF rows (unit test), so an embedding table
     /// that is also the packed output head needs its mapped blocks no more.
     pub fn dequantize_rows(&self, rows: &[usize], out: &mut [f32]) -> Result<(), KernelError> {
-        if out.len() != rows.len() * self.k {
-            return Err(KernelError::Shape {
-                what: "row output",
-                expected: rows.len() * self.k,
-                got: out.len(),
-                unit: "values",
-            });
-        }
-        let (cb, qoff) = chunk_bytes(self.layout);
+        crate::check_rows(rows, self.n, self.k, out.len())?;
+        let cb = chunk_bytes(self.layout).0;
         let nb = self.k / QK;
         for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(self.k)) {
-            if r >= self.n {
-                return Err(KernelError::Shape {
-                    what: "row index",
-                    expected: self.n,
-                    got: r,
-                    unit: "rows (index must be below)",
-                });
-            }
             let (g, rr) = (r / ROWS, r % ROWS);
             for (b, y) in dst.chunks_exact_mut(QK).enumerate() {
                 let c = &self.data[(g * nb + b) * cb..][..cb];
                 let d = f16_at(c, 2 * rr);
-                let q = |t: usize, i: usize| c[qoff + 32 * t + 4 * rr + i];
-                match self.layout {
-                    GgmlType::Q8_0 => {
-                        for (j, v) in y.iter_mut().enumerate() {
-                            *v = q(j / 4, j % 4) as i8 as f32 * d;
-                        }
+                let q = chunk_values(self.layout, c, rr);
+                if self.layout == GgmlType::Q4_1 {
+                    let m = f16_at(c, 16 + 2 * rr);
+                    for (v, &q) in y.iter_mut().zip(&q) {
+                        *v = q as f32 * d + m;
                     }
-                    GgmlType::Q4_1 => {
-                        let m = f16_at(c, 16 + 2 * rr);
-                        for j in 0..QK / 2 {
-                            let byte = q(j / 4, j % 4);
-                            y[j] = (byte & 0x0F) as f32 * d + m;
-                            y[j + QK / 2] = (byte >> 4) as f32 * d + m;
-                        }
-                    }
-                    _ => {
-                        for j in 0..QK / 2 {
-                            let byte = q(j / 4, j % 4);
-                            y[j] = ((byte & 0x0F) as i32 - 8) as f32 * d;
-                            y[j + QK / 2] = ((byte >> 4) as i32 - 8) as f32 * d;
-                        }
+                } else {
+                    for (v, &q) in y.iter_mut().zip(&q) {
+                        *v = q as f32 * d;
                     }
                 }
             }
@@ -412,33 +385,40 @@ fn f16_at(c: &[u8], at: usize) -> f32 {
     half::f16::from_le_bytes([c[at], c[at + 1]]).to_f32()
 }
 
+/// Row `r`'s 32 values of one packed chunk in element order, as the products use them: signed bytes
+/// (Q8_0 layout), nibbles (Q4_1), nibbles − 8 (Q4_0).
+fn chunk_values(layout: GgmlType, c: &[u8], r: usize) -> [i32; QK] {
+    let qoff = chunk_bytes(layout).1;
+    let mut q = [0i32; QK];
+    if layout == GgmlType::Q8_0 {
+        for t in 0..8 {
+            for i in 0..4 {
+                q[4 * t + i] = c[qoff + 32 * t + 4 * r + i] as i8 as i32;
+            }
+        }
+    } else {
+        let off = if layout == GgmlType::Q4_0 { 8 } else { 0 };
+        for t in 0..4 {
+            for i in 0..4 {
+                let byte = c[qoff + 32 * t + 4 * r + i];
+                q[4 * t + i] = (byte & 15) as i32 - off;
+                q[16 + 4 * t + i] = (byte >> 4) as i32 - off;
+            }
+        }
+    }
+    q
+}
+
 /// The portable twin of the group kernels: row `r`'s blocks read back from the packed chunk into
 /// element order and multiplied exactly as [`crate::scalar`] multiplies a GGUF row.
 fn scalar_group(ty: GgmlType, gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS]]) {
-    let (cb, qoff) = chunk_bytes(ty);
+    let cb = chunk_bytes(ty).0;
     for (xr, o) in x.iter().zip(out.iter_mut()) {
         for (r, v) in o.iter_mut().enumerate() {
             let mut acc = [0.0f32; 8];
             let mut summs = 0.0f32;
             for (c, xb) in gw.chunks_exact(cb).zip(xr.iter()) {
-                // q[value] in element order
-                let mut q = [0i32; QK];
-                if ty == GgmlType::Q8_0 {
-                    for t in 0..8 {
-                        for i in 0..4 {
-                            q[4 * t + i] = c[qoff + 32 * t + 4 * r + i] as i8 as i32;
-                        }
-                    }
-                } else {
-                    let off = if ty == GgmlType::Q4_0 { 8 } else { 0 };
-                    for t in 0..4 {
-                        for i in 0..4 {
-                            let byte = c[qoff + 32 * t + 4 * r + i];
-                            q[4 * t + i] = (byte & 15) as i32 - off;
-                            q[16 + 4 * t + i] = (byte >> 4) as i32 - off;
-                        }
-                    }
-                }
+                let q = chunk_values(ty, c, r);
                 if ty == GgmlType::Q4_1 {
                     summs += f16_at(c, 16 + 2 * r) * xb.s;
                 }
