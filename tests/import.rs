@@ -319,7 +319,10 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path) {
     let tok = GgufTokenizer::from_gguf(&f).expect("tokenizer");
     std::fs::write(
         dir.join("tokenizer.json"),
-        tok.tokenizer.to_string(false).expect("tokenizer json"),
+        tok.hf_tokenizer()
+            .expect("hf tokenizer")
+            .to_string(false)
+            .expect("tokenizer json"),
     )
     .expect("tokenizer.json");
     let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).map(str::to_string);

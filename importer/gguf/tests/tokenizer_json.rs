@@ -31,7 +31,7 @@ fn vocab(name: &str) -> (GgufTokenizer, Vec<(String, Vec<u32>)>) {
 fn save_and_load(tok: &GgufTokenizer, config: &str) -> (tempfile::TempDir, GgufTokenizer) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tokenizer.json");
-    tok.tokenizer.save(&path, false).unwrap();
+    tok.hf_tokenizer().unwrap().save(&path, false).unwrap();
     std::fs::write(dir.path().join("tokenizer_config.json"), config).unwrap();
     let loaded = GgufTokenizer::from_tokenizer_json(&path).unwrap();
     (dir, loaded)

@@ -133,8 +133,19 @@ fn smollm2_matches_llama_cpp() {
     // without parse_special the markers are plain text (as in the reference prompt)
     assert!(!tok.encode(chat, false).unwrap().contains(&1));
     // the Hugging Face tokenizer built from the same metadata agrees (it matches specials in text)
-    let hf = tok.tokenizer.encode(chat, false).unwrap();
+    let hf_tok = tok.hf_tokenizer().unwrap();
+    let hf = hf_tok.encode(chat, false).unwrap();
     assert_eq!(hf.get_ids(), ids.as_slice());
+    // a whole real corpus (360 kB of news text): Cinder's BPE gives the Hugging Face model's ids
+    let lee = cinder_catalog::resolve("lee-corpus").expect("lee-corpus");
+    let text = std::fs::read_to_string(&lee.path).expect("read the Lee corpus");
+    let ours = tok.encode(&text, false).unwrap();
+    let theirs = hf_tok.encode(text.as_str(), false).unwrap();
+    assert_eq!(ours.len(), theirs.get_ids().len());
+    assert!(
+        ours == theirs.get_ids(),
+        "the Lee corpus tokenizes differently"
+    );
 }
 
 #[test]

@@ -136,7 +136,7 @@ fn gguf_parts(path: &Path, arch: Option<&str>) -> Result<Parts> {
     let tok_gguf = w.to_bytes()?;
     let tok = GgufTokenizer::from_gguf(&GgufFile::from_bytes(tok_gguf.clone())?)?;
     let tok_json = tok
-        .tokenizer
+        .hf_tokenizer()?
         .to_string(false)
         .map_err(|e| rec_err(path, format!("cannot serialize the tokenizer: {e}")))?;
     let tensors = file

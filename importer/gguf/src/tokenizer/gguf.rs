@@ -2,9 +2,11 @@
 //! (`llama_vocab::impl::load`): special-token defaults per model kind, auto-detected EOT/EOM/FIM tokens,
 //! the end-of-generation set, and per-model lstrip/rstrip attributes.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 
-use super::{Engine, GgufTokenizer, TokenizerKind, Vocab, attr, gpt2_char_byte, hf, pre, tok_err};
+use super::bpe::Bpe;
+use super::vocab::{Pool, Vocab};
+use super::{Engine, GgufTokenizer, TokenizerKind, attr, gpt2_char_byte, hf, pre, tok_err};
 use crate::error::{GgufError, Result};
 use crate::{GgufFile, Value};
 
@@ -183,23 +185,16 @@ pub(super) fn build(f: &GgufFile) -> Result<GgufTokenizer> {
     if n == 0 || n > u32::MAX as usize {
         return Err(tok_err(format!("{KEY_TOKENS} has {n} entries")));
     }
-    let mut texts = Vec::with_capacity(n);
-    let mut ids = HashMap::with_capacity(n);
+    let mut texts = Pool::with_capacity(n);
     for (i, v) in items.iter().enumerate() {
         let s = v
             .as_str()
             .ok_or_else(|| tok_err(format!("{KEY_TOKENS}[{i}] must be a string, found {v}")))?;
-        let s = if s.is_empty() {
-            format!("[EMPTY_{i}]")
+        if s.is_empty() {
+            texts.push(format!("[EMPTY_{i}]").as_bytes())?;
         } else {
-            s.to_string()
-        };
-        if let Some(prev) = ids.insert(s.clone(), i as u32) {
-            return Err(tok_err(format!(
-                "{KEY_TOKENS}: duplicate token {s:?} at ids {prev} and {i}"
-            )));
+            texts.push(s.as_bytes())?;
         }
-        texts.push(s);
     }
     let scores = match opt_array(f, KEY_SCORES, Some(n))? {
         Some(items) => items
@@ -311,10 +306,10 @@ pub(super) fn build(f: &GgufFile) -> Result<GgufTokenizer> {
 
     // auto-detection by text, in id order (llama.cpp walks a hash map; the lists rarely overlap)
     let mark = |attrs: &mut Vec<u16>, id: u32| attrs[id as usize] |= attr::CONTROL;
+    let text = |id: usize| texts.str(id).unwrap_or("");
     let find = |list: &[&str]| -> Option<u32> {
-        texts
-            .iter()
-            .position(|t| list.contains(&t.as_str()))
+        (0..n)
+            .position(|i| list.contains(&text(i)))
             .map(|i| i as u32)
     };
     if eot.is_none() {
@@ -338,23 +333,23 @@ pub(super) fn build(f: &GgufFile) -> Result<GgufTokenizer> {
         }
     }
     let mut eog: BTreeSet<u32> = fim[3..].iter().flatten().copied().collect();
-    for (i, t) in texts.iter().enumerate() {
-        if EOG_TEXTS.contains(&t.as_str()) {
+    for (i, a) in attrs.iter_mut().enumerate() {
+        if EOG_TEXTS.contains(&text(i)) {
             eog.insert(i as u32);
-            attrs[i] |= attr::CONTROL;
+            *a |= attr::CONTROL;
         }
     }
-    for (i, t) in texts.iter().enumerate() {
+    for (i, a) in attrs.iter_mut().enumerate() {
         if matches!(
-            t.as_str(),
+            text(i),
             "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>"
         ) {
-            attrs[i] = attr::USER_DEFINED;
+            *a = attr::USER_DEFINED;
         }
     }
     eog.extend([eos, eot, eom].into_iter().flatten());
     let in_eog =
-        |eog: &BTreeSet<u32>, s: &str| eog.iter().copied().find(|&id| texts[id as usize] == s);
+        |eog: &BTreeSet<u32>, s: &str| eog.iter().copied().find(|&id| text(id as usize) == s);
     if let Some(end) = in_eog(&eog, "<|end|>") {
         let call = in_eog(&eog, "<|call|>").is_some() || in_eog(&eog, "<|calls|>").is_some();
         let ret = in_eog(&eog, "<|return|>").is_some();
@@ -371,46 +366,48 @@ pub(super) fn build(f: &GgufFile) -> Result<GgufTokenizer> {
         attrs[s as usize] = attr::NORMAL;
     }
 
-    let mut vocab = Vocab {
-        partition: (0..n as u32)
-            .filter(|&i| {
-                attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
-            })
-            .collect(),
-        pieces: pieces(kind, &texts, &attrs),
-        byte_tokens: byte_tokens(kind, &ids),
-        by_text: Vec::new(),
-        texts,
-        attrs,
-        scores,
-        ids,
-    };
-    vocab.sort_partition();
+    let partition = (0..n as u32)
+        .filter(|&i| attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
+        .collect();
+    let pieces = pieces(kind, &texts, &attrs)?;
+    let mut vocab = Vocab::new(texts, attrs, scores, pieces, partition);
+    if let Some((prev, i)) = vocab.first_duplicate() {
+        return Err(tok_err(format!(
+            "{KEY_TOKENS}: duplicate token {:?} at ids {prev} and {i}",
+            vocab.text(i)
+        )));
+    }
+    if kind == TokenizerKind::SentencePiece {
+        vocab.byte_tokens = byte_tokens(&vocab);
+    }
     per_model_attrs(f, &pre_name, &mut vocab)?;
 
     let special_ids: Vec<u32> = (0..n as u32)
         .filter(|&i| vocab.attrs[i as usize] & attr::CONTROL != 0)
         .collect();
     let chat_template = opt_str(f, "tokenizer.chat_template")?.map(str::to_string);
-    let specials = hf::Specials {
-        bos: bos.filter(|_| add_bos),
-        eos: eos.filter(|_| add_eos),
-        sep: sep.filter(|_| add_sep),
-    };
-    let (tokenizer, engine) = match kind {
+    let engine = match kind {
         TokenizerKind::Bpe => {
             let spec = spec.ok_or_else(|| tok_err("internal: BPE without a pre-tokenizer"))?;
-            (hf::bpe(f, &vocab, spec, &specials)?, Engine::HfFragments)
+            let lines = opt_array(f, KEY_MERGES, None)?
+                .ok_or_else(|| tok_err(format!("missing {KEY_MERGES}")))?;
+            Engine::Bpe {
+                pre: Box::new(hf::pre_splits(spec)?),
+                spec,
+                merges: Box::new(Bpe::from_merges(&vocab, lines, spec.ignore_merges)?),
+            }
         }
-        TokenizerKind::SentencePiece => (
-            hf::spm(&vocab, unk, add_space_prefix, &specials)?,
-            Engine::Spm,
-        ),
-        TokenizerKind::WordPiece => (hf::wpm(f, &vocab, unk, &specials)?, Engine::HfFragments),
+        TokenizerKind::SentencePiece => Engine::Spm,
+        TokenizerKind::WordPiece => {
+            let specials = hf::Specials {
+                bos: bos.filter(|_| add_bos),
+                eos: eos.filter(|_| add_eos),
+                sep: sep.filter(|_| add_sep),
+            };
+            Engine::WordPiece(Box::new(hf::wpm(f, &vocab, unk, &specials)?))
+        }
     };
-    vocab.compact();
     Ok(GgufTokenizer {
-        tokenizer,
         kind,
         pre: pre_name,
         bos_id: bos,
@@ -463,53 +460,44 @@ fn per_model_attrs(f: &GgufFile, pre_name: &str, vocab: &mut Vocab) -> Result<()
 }
 
 /// What each token decodes to (llama.cpp `token_to_piece` with `special = true`).
-fn pieces(kind: TokenizerKind, texts: &[String], attrs: &[u16]) -> Vec<Vec<u8>> {
-    texts
-        .iter()
-        .zip(attrs)
-        .map(|(t, &a)| {
-            if a & (attr::UNKNOWN | attr::CONTROL | attr::USER_DEFINED) != 0 {
-                t.as_bytes().to_vec()
-            } else if a & attr::NORMAL != 0 {
-                match kind {
-                    TokenizerKind::Bpe => {
-                        let mut out = Vec::with_capacity(t.len());
-                        for c in t.chars() {
-                            match gpt2_char_byte(c) {
-                                Some(b) => out.push(b),
-                                None => {
-                                    out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes())
-                                }
-                            }
+fn pieces(kind: TokenizerKind, texts: &Pool, attrs: &[u16]) -> Result<Pool> {
+    let mut out = Pool::with_capacity(texts.len());
+    let mut piece = Vec::new();
+    for (i, &a) in attrs.iter().enumerate() {
+        let t = texts.str(i).unwrap_or("");
+        piece.clear();
+        if a & (attr::UNKNOWN | attr::CONTROL | attr::USER_DEFINED) != 0 {
+            piece.extend_from_slice(t.as_bytes());
+        } else if a & attr::NORMAL != 0 {
+            match kind {
+                TokenizerKind::Bpe => {
+                    for c in t.chars() {
+                        match gpt2_char_byte(c) {
+                            Some(b) => piece.push(b),
+                            None => piece.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
                         }
-                        out
                     }
-                    _ => t.replace('\u{2581}', " ").into_bytes(),
                 }
-            } else if a & attr::BYTE != 0 {
-                match super::parse_byte_token(t) {
-                    Some(b) => vec![b],
-                    None => t.as_bytes().to_vec(),
-                }
-            } else {
-                Vec::new()
+                _ => piece.extend_from_slice(t.replace('\u{2581}', " ").as_bytes()),
             }
-        })
-        .collect()
+        } else if a & attr::BYTE != 0 {
+            match super::parse_byte_token(t) {
+                Some(b) => piece.push(b),
+                None => piece.extend_from_slice(t.as_bytes()),
+            }
+        }
+        out.push(&piece)?;
+    }
+    Ok(out)
 }
 
 /// SentencePiece byte-fallback tokens: `<0xNN>`, else the one-byte text (llama.cpp `byte_to_token`).
-fn byte_tokens(kind: TokenizerKind, ids: &HashMap<String, u32>) -> Vec<Option<u32>> {
-    if kind != TokenizerKind::SentencePiece {
-        return vec![None; 256];
-    }
+fn byte_tokens(vocab: &Vocab) -> Vec<Option<u32>> {
     (0..=255u8)
         .map(|b| {
-            ids.get(&format!("<0x{b:02X}>")).copied().or_else(|| {
+            vocab.id(&format!("<0x{b:02X}>")).or_else(|| {
                 let s = [b];
-                std::str::from_utf8(&s)
-                    .ok()
-                    .and_then(|s| ids.get(s).copied())
+                std::str::from_utf8(&s).ok().and_then(|s| vocab.id(s))
             })
         })
         .collect()

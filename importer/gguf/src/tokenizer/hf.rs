@@ -14,7 +14,8 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::template::TemplateProcessing;
 use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 
-use super::gguf::{KEY_MERGES, KEY_PRE, opt_array, opt_bool};
+use super::bpe::Bpe;
+use super::gguf::{KEY_PRE, opt_bool};
 use super::{Vocab, attr, pre, tok_err};
 use crate::GgufFile;
 use crate::error::{GgufError, Result};
@@ -30,15 +31,20 @@ fn hf(what: &str) -> impl Fn(tokenizers::Error) -> GgufError + '_ {
     move |e| tok_err(format!("building the {what} tokenizer: {e}"))
 }
 
-fn hf_vocab(texts: impl Iterator<Item = (String, u32)>) -> HfVocab {
-    texts.collect()
+/// Text -> id for the Hugging Face model (the lowest id where texts repeat).
+fn hf_vocab(vocab: &Vocab) -> HfVocab {
+    let mut hv = HfVocab::with_capacity(vocab.texts.len());
+    for id in (0..vocab.texts.len() as u32).rev() {
+        hv.insert(vocab.text(id).to_string(), id);
+    }
+    hv
 }
 
 /// Added tokens and post-processor shared by all kinds.
 fn finish(
     mut tok: Tokenizer,
     vocab: &Vocab,
-    texts: &[String],
+    name: impl Fn(u32) -> String,
     sp: &Specials,
     what: &str,
 ) -> Result<Tokenizer> {
@@ -46,7 +52,7 @@ fn finish(
     let mut plain = Vec::new();
     for &id in &vocab.partition {
         let a = vocab.attrs[id as usize];
-        let t = AddedToken::from(texts[id as usize].clone(), a & attr::USER_DEFINED == 0)
+        let t = AddedToken::from(name(id), a & attr::USER_DEFINED == 0)
             .lstrip(a & attr::LSTRIP != 0)
             .rstrip(a & attr::RSTRIP != 0)
             .normalized(false);
@@ -61,7 +67,6 @@ fn finish(
     let mut single: Vec<String> = Vec::new();
     let mut pair: Vec<String> = Vec::new();
     let mut tokens: Vec<(String, u32)> = Vec::new();
-    let name = |id: u32| texts[id as usize].clone();
     if let Some(b) = sp.bos {
         single.push(name(b));
         tokens.push((name(b), b));
@@ -95,63 +100,9 @@ fn finish(
     Ok(tok)
 }
 
-/// Byte-level BPE: the pre-tokenizer's regex splits, the GPT-2 byte map, ranked merges.
-pub(super) fn bpe(
-    f: &GgufFile,
-    vocab: &Vocab,
-    spec: pre::PreSpec,
-    sp: &Specials,
-) -> Result<Tokenizer> {
-    let items =
-        opt_array(f, KEY_MERGES, None)?.ok_or_else(|| tok_err(format!("missing {KEY_MERGES}")))?;
-    let mut merges = Vec::with_capacity(items.len());
-    let mut seen = std::collections::HashSet::with_capacity(items.len());
-    let mut dropped = 0usize;
-    for (i, v) in items.iter().enumerate() {
-        let line = v
-            .as_str()
-            .ok_or_else(|| tok_err(format!("{KEY_MERGES}[{i}] must be a string, found {v}")))?;
-        // llama.cpp splits at the first space after the first byte
-        let pos = line
-            .as_bytes()
-            .iter()
-            .skip(1)
-            .position(|&c| c == b' ')
-            .map(|p| p + 1)
-            .ok_or_else(|| {
-                tok_err(format!(
-                    "{KEY_MERGES}[{i}] = {line:?} is not two tokens separated by a space"
-                ))
-            })?;
-        let (a, b) = (&line[..pos], &line[pos + 1..]);
-        if a.is_empty() || b.is_empty() {
-            return Err(tok_err(format!(
-                "{KEY_MERGES}[{i}] = {line:?} has an empty side"
-            )));
-        }
-        // Hugging Face needs both sides and the result in the vocabulary; llama.cpp keeps the first rank.
-        let ok = vocab.id(a).is_some()
-            && vocab.id(b).is_some()
-            && vocab.id(&format!("{a}{b}")).is_some();
-        if ok && seen.insert((a, b)) {
-            merges.push((a.to_string(), b.to_string()));
-        } else {
-            dropped += 1;
-        }
-    }
-    if dropped > 0 {
-        tracing::debug!(
-            dropped,
-            "BPE merges skipped (duplicate, or a side or the result not in the vocabulary)"
-        );
-    }
-    let hv = hf_vocab(vocab.texts.iter().cloned().zip(0u32..));
-    let model = BPE::builder()
-        .vocab_and_merges(hv, merges)
-        .ignore_merges(spec.ignore_merges)
-        .build()
-        .map_err(hf("BPE"))?;
-    let mut pres = Vec::with_capacity(spec.regexes.len() + 1);
+/// The pre-tokenizer's regex splits (Hugging Face `Split`, isolated matches), applied in turn.
+pub(super) fn pre_splits(spec: pre::PreSpec) -> Result<PreTokenizerWrapper> {
+    let mut pres = Vec::with_capacity(spec.regexes.len());
     for re in spec.regexes {
         let split = Split::new(
             SplitPattern::Regex(re.to_string()),
@@ -161,15 +112,36 @@ pub(super) fn bpe(
         .map_err(|e| tok_err(format!("{KEY_PRE}: regex {re:?}: {e}")))?;
         pres.push(PreTokenizerWrapper::Split(split));
     }
-    pres.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
-        false, false, false,
-    )));
+    Ok(tokenizers::pre_tokenizers::sequence::Sequence::new(pres).into())
+}
+
+/// Byte-level BPE: the pre-tokenizer's regex splits, the GPT-2 byte map, ranked merges.
+pub(super) fn bpe(
+    vocab: &Vocab,
+    rules: &Bpe,
+    spec: pre::PreSpec,
+    sp: &Specials,
+) -> Result<Tokenizer> {
+    let merges = rules
+        .ranked_pairs()
+        .into_iter()
+        .map(|(a, b)| (vocab.text(a).to_string(), vocab.text(b).to_string()))
+        .collect();
+    let model = BPE::builder()
+        .vocab_and_merges(hf_vocab(vocab), merges)
+        .ignore_merges(rules.ignore_merges)
+        .build()
+        .map_err(hf("BPE"))?;
+    let pres = vec![
+        pre_splits(spec)?,
+        PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, false, false)),
+    ];
     let mut tok = Tokenizer::new(model);
     tok.with_pre_tokenizer(Some(tokenizers::pre_tokenizers::sequence::Sequence::new(
         pres,
     )));
     tok.with_decoder(Some(ByteLevel::new(false, false, false)));
-    finish(tok, vocab, &vocab.texts, sp, "BPE")
+    finish(tok, vocab, |id| vocab.text(id).to_string(), sp, "BPE")
 }
 
 /// SentencePiece approximated as Hugging Face does (`LlamaTokenizerFast`): BPE whose merge ranks follow the
@@ -190,7 +162,7 @@ pub(super) fn spm(
     });
     let mut merges = Vec::new();
     for id in order {
-        let t = &vocab.texts[id as usize];
+        let t = vocab.text(id);
         let mut local: Vec<(u32, u32, usize)> = t
             .char_indices()
             .skip(1)
@@ -207,11 +179,11 @@ pub(super) fn spm(
         );
     }
     let mut b = BPE::builder()
-        .vocab_and_merges(hf_vocab(vocab.texts.iter().cloned().zip(0u32..)), merges)
+        .vocab_and_merges(hf_vocab(vocab), merges)
         .byte_fallback(true)
         .fuse_unk(true);
     if let Some(u) = unk {
-        b = b.unk_token(vocab.texts[u as usize].clone());
+        b = b.unk_token(vocab.text(u).to_string());
     }
     let mut tok = Tokenizer::new(b.build().map_err(hf("SentencePiece"))?);
     let space = Replace::new(" ", "\u{2581}").map_err(hf("SentencePiece"))?;
@@ -236,7 +208,13 @@ pub(super) fn spm(
         decs.push(tokenizers::decoders::strip::Strip::new(' ', 1, 0).into());
     }
     tok.with_decoder(Some(tokenizers::decoders::sequence::Sequence::new(decs)));
-    finish(tok, vocab, &vocab.texts, sp, "SentencePiece")
+    finish(
+        tok,
+        vocab,
+        |id| vocab.text(id).to_string(),
+        sp,
+        "SentencePiece",
+    )
 }
 
 /// WordPiece: GGUF spells word starts `▁word` and continuations `piece`; Hugging Face wants `word` and
@@ -247,14 +225,12 @@ pub(super) fn wpm(
     unk: Option<u32>,
     sp: &Specials,
 ) -> Result<Tokenizer> {
-    let texts: Vec<String> = vocab
-        .texts
-        .iter()
-        .zip(&vocab.attrs)
-        .map(|(t, &a)| {
+    let texts: Vec<String> = (0..vocab.texts.len() as u32)
+        .map(|id| (vocab.text(id), vocab.attrs[id as usize]))
+        .map(|(t, a)| {
             if a & (attr::CONTROL | attr::UNKNOWN) != 0 || (t.starts_with('[') && t.ends_with(']'))
             {
-                t.clone()
+                t.to_string()
             } else if let Some(w) = t.strip_prefix('\u{2581}') {
                 w.to_string()
             } else {
@@ -284,5 +260,5 @@ pub(super) fn wpm(
         "##".into(),
         true,
     )));
-    finish(tok, vocab, &texts, sp, "WordPiece")
+    finish(tok, vocab, |id| texts[id as usize].clone(), sp, "WordPiece")
 }

@@ -8,8 +8,9 @@ use std::sync::OnceLock;
 
 use serde_json::Value as Json;
 
+use super::vocab::{Pool, Vocab};
 use super::{
-    Engine, GgufTokenizer, TokenizerKind, Vocab, attr, gpt2_char_byte, parse_byte_token, tok_err,
+    Engine, GgufTokenizer, TokenizerKind, attr, gpt2_char_byte, parse_byte_token, tok_err,
 };
 use crate::error::{GgufError, Result};
 
@@ -133,6 +134,14 @@ fn config_template(cfg: &Json) -> Option<String> {
     }
 }
 
+fn pool<'a>(items: impl ExactSizeIterator<Item = &'a [u8]>) -> Result<Pool> {
+    let mut p = Pool::with_capacity(items.len());
+    for item in items {
+        p.push(item)?;
+    }
+    Ok(p)
+}
+
 pub(super) fn build(path: &Path) -> Result<GgufTokenizer> {
     let io = |source| GgufError::Io {
         path: path.display().to_string(),
@@ -207,7 +216,7 @@ pub(super) fn build(path: &Path) -> Result<GgufTokenizer> {
             }
         }
     }
-    let pieces = texts
+    let pieces: Vec<Vec<u8>> = texts
         .iter()
         .zip(&attrs)
         .map(|(t, &a)| {
@@ -262,22 +271,17 @@ pub(super) fn build(path: &Path) -> Result<GgufTokenizer> {
         .filter(|&i| attrs[i as usize] & attr::CONTROL != 0)
         .collect();
 
-    let mut vocab = Vocab {
-        partition: (0..n as u32)
-            .filter(|&i| attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED) != 0)
-            .collect(),
-        scores: vec![0.0; n],
-        byte_tokens: vec![None; 256],
-        pieces,
-        texts,
+    let partition = (0..n as u32)
+        .filter(|&i| attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED) != 0)
+        .collect();
+    let vocab = Vocab::new(
+        pool(texts.iter().map(String::as_bytes))?,
         attrs,
-        ids,
-        by_text: Vec::new(),
-    };
-    vocab.sort_partition();
-    vocab.compact();
+        vec![0.0; n],
+        pool(pieces.iter().map(Vec::as_slice))?,
+        partition,
+    );
     Ok(GgufTokenizer {
-        tokenizer,
         kind,
         pre: String::new(),
         bos_id,
@@ -296,6 +300,7 @@ pub(super) fn build(path: &Path) -> Result<GgufTokenizer> {
         clean_spaces: false,
         vocab,
         engine: Engine::HfJson {
+            tok: Box::new(tokenizer),
             plain: Box::new(OnceLock::new()),
         },
     })

@@ -15,25 +15,33 @@
 //!      are not tokens fall back to `<0xNN>` byte tokens. This is Cinder's own code (`spm.rs`), because
 //!      the Hugging Face BPE model ranks merges, not token scores.
 //!    - [`TokenizerKind::Bpe`] (`gpt2`): the pre-tokenizer regexes chosen by `tokenizer.ggml.pre` split
-//!      the fragment, bytes map to GPT-2's printable characters, and BPE merges apply by rank — through the
-//!      Hugging Face pipeline held in [`GgufTokenizer::tokenizer`].
+//!      the fragment (Hugging Face `Split`s), then BPE merges apply by rank on each piece's bytes
+//!      (Cinder's own code, `bpe.rs`, over the pooled vocabulary: the Hugging Face model would hold two
+//!      more copies of it).
 //!    - [`TokenizerKind::WordPiece`] (`bert`): BERT normalization (lowercase, accents stripped, CJK
-//!      isolated), whitespace/punctuation split and greedy longest-match WordPiece, also through the Hugging
+//!      isolated), whitespace/punctuation split and greedy longest-match WordPiece, through the Hugging
 //!      Face pipeline (GGUF stores word starts as `▁word`; they are mapped back to `word` / `##piece`).
 //! 3. BOS/EOS (and SEP for WordPiece) are added when asked and the vocabulary says so.
+//!
+//! [`GgufTokenizer::hf_tokenizer`] writes any of them out as an equivalent Hugging Face tokenizer.
 //!
 //! Decoding concatenates each token's bytes ([`GgufTokenizer::token_bytes`]) like llama.cpp's
 //! `token_to_piece`, then applies llama.cpp's `clean_spaces` rules where the vocabulary enables them.
 
+mod bpe;
 mod gguf;
 mod hf;
 mod json;
 mod pre;
 mod spm;
+mod vocab;
 
 use std::sync::OnceLock;
 
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+
 use crate::error::{GgufError, Result};
+use vocab::{Fragment, Vocab};
 
 /// Token attributes, as llama.cpp's `llama_token_attr` bits.
 pub(crate) mod attr {
@@ -69,11 +77,6 @@ pub enum TokenizerKind {
 /// A vocabulary and its tokenizer, built from GGUF metadata ([`GgufTokenizer::from_gguf`]) or from a
 /// Hugging Face `tokenizer.json` ([`GgufTokenizer::from_tokenizer_json`]).
 pub struct GgufTokenizer {
-    /// A Hugging Face tokenizer for this vocabulary (added tokens, post-processor and decoder set up as
-    /// llama.cpp would). For BPE and WordPiece vocabularies from GGUF, [`GgufTokenizer::encode`] runs its
-    /// pre-tokenizer and model on each text fragment; for SentencePiece it is a close approximation (BPE
-    /// with merges derived from the scores) and `encode` uses Cinder's own exact SPM code instead.
-    pub tokenizer: tokenizers::Tokenizer,
     /// The tokenization algorithm.
     pub kind: TokenizerKind,
     /// `tokenizer.ggml.pre` (the pre-tokenizer name), empty when absent or not applicable.
@@ -130,139 +133,27 @@ impl std::fmt::Debug for GgufTokenizer {
 enum Engine {
     /// Cinder's SentencePiece code over [`Vocab`].
     Spm,
-    /// The Hugging Face normalizer, pre-tokenizer and model of `tokenizer`, applied per fragment.
-    HfFragments,
+    /// Cinder's byte-level BPE over [`Vocab`], after the pre-tokenizer's regex splits.
+    Bpe {
+        /// The `Split` regexes of `tokenizer.ggml.pre`, applied in turn.
+        pre: Box<PreTokenizerWrapper>,
+        /// Which pre-tokenizer that is (to write it out in [`GgufTokenizer::hf_tokenizer`]).
+        spec: pre::PreSpec,
+        merges: Box<bpe::Bpe>,
+    },
+    /// WordPiece: the Hugging Face normalizer, pre-tokenizer and model of this tokenizer, applied per
+    /// fragment.
+    WordPiece(Box<tokenizers::Tokenizer>),
     /// A `tokenizer.json`: the Hugging Face tokenizer end to end. `plain` is a copy that does not match
     /// special tokens in the input (built on first use of `parse_special = false`).
     HfJson {
+        tok: Box<tokenizers::Tokenizer>,
         plain: Box<OnceLock<tokenizers::Tokenizer>>,
     },
 }
 
-/// The vocabulary as llama.cpp sees it: texts, attributes, scores and the decoded bytes of every token.
-pub(crate) struct Vocab {
-    pub(crate) texts: Vec<String>,
-    pub(crate) attrs: Vec<u16>,
-    pub(crate) scores: Vec<f32>,
-    /// Text -> id while the tokenizer is built; emptied by [`Vocab::compact`], after which
-    /// [`Vocab::id`] searches `by_text` instead (a second copy of every token's text in a hash map
-    /// cost ~4 MB for a 49k vocabulary, ~20 MB for Gemma's 262k).
-    pub(crate) ids: std::collections::HashMap<String, u32>,
-    /// Ids sorted by their text (filled by [`Vocab::compact`]).
-    pub(crate) by_text: Vec<u32>,
-    /// Tokens cut out of the raw text before tokenization (control, unknown, user-defined), longest first.
-    pub(crate) partition: Vec<u32>,
-    /// What each token decodes to (llama.cpp `token_to_piece(.., special = true)`).
-    pub(crate) pieces: Vec<Vec<u8>>,
-    /// SentencePiece byte-fallback token for each byte.
-    pub(crate) byte_tokens: Vec<Option<u32>>,
-}
-
-/// A piece of the input after special-token partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fragment<'a> {
-    Text(&'a str),
-    Token(u32),
-}
-
 pub(crate) fn tok_err(msg: impl Into<String>) -> GgufError {
     GgufError::Tokenizer(msg.into())
-}
-
-/// C `isspace` on one byte (what llama.cpp uses for lstrip/rstrip).
-fn c_isspace(b: u8) -> bool {
-    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
-}
-
-impl Vocab {
-    /// The id of the token whose text is `text`.
-    pub(crate) fn id(&self, text: &str) -> Option<u32> {
-        if !self.ids.is_empty() {
-            return self.ids.get(text).copied();
-        }
-        self.by_text
-            .binary_search_by(|&i| self.texts[i as usize].as_str().cmp(text))
-            .ok()
-            .map(|at| self.by_text[at])
-    }
-
-    /// Replaces the build-time text -> id map with ids sorted by text: lookups stay O(log n), and
-    /// the vocabulary's texts are held once.
-    pub(crate) fn compact(&mut self) {
-        let mut by_text: Vec<u32> = (0..self.texts.len() as u32).collect();
-        by_text.sort_unstable_by(|&a, &b| self.texts[a as usize].cmp(&self.texts[b as usize]));
-        self.by_text = by_text;
-        self.ids = std::collections::HashMap::new();
-    }
-
-    /// Splits `text` around the partition tokens exactly as llama.cpp's `tokenizer_st_partition`: each token
-    /// (longest first) is cut out of every remaining text fragment, left to right.
-    fn partition<'a>(&self, text: &'a str, parse_special: bool) -> Vec<Fragment<'a>> {
-        let mut frags = Vec::new();
-        if text.is_empty() {
-            return frags;
-        }
-        // Fragments as byte ranges of `text`, or tokens.
-        let mut cur: Vec<std::result::Result<(usize, usize), u32>> = vec![Ok((0, text.len()))];
-        for &id in &self.partition {
-            let a = self.attrs[id as usize];
-            if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
-                continue;
-            }
-            let tok = self.texts[id as usize].as_str();
-            if tok.is_empty() || !text.contains(tok) {
-                continue;
-            }
-            let mut next = Vec::with_capacity(cur.len() + 2);
-            for frag in cur {
-                let Ok((mut start, end)) = frag else {
-                    next.push(frag);
-                    continue;
-                };
-                while let Some(rel) = text[start..end].find(tok) {
-                    let m = start + rel;
-                    let mut left_end = m;
-                    if a & attr::LSTRIP != 0 {
-                        while left_end > start && c_isspace(text.as_bytes()[left_end - 1]) {
-                            left_end -= 1;
-                        }
-                    }
-                    if left_end > start {
-                        next.push(Ok((start, left_end)));
-                    }
-                    next.push(Err(id));
-                    start = m + tok.len();
-                    if a & attr::RSTRIP != 0 {
-                        while start < end && c_isspace(text.as_bytes()[start]) {
-                            start += 1;
-                        }
-                    }
-                }
-                if start < end {
-                    next.push(Ok((start, end)));
-                }
-            }
-            cur = next;
-        }
-        for f in cur {
-            frags.push(match f {
-                Ok((s, e)) => Fragment::Text(&text[s..e]),
-                Err(id) => Fragment::Token(id),
-            });
-        }
-        frags
-    }
-
-    /// Sorts the partition list as llama.cpp does (longest text first; ties by id for determinism).
-    pub(crate) fn sort_partition(&mut self) {
-        let texts = &self.texts;
-        self.partition.sort_by(|&a, &b| {
-            texts[b as usize]
-                .len()
-                .cmp(&texts[a as usize].len())
-                .then(a.cmp(&b))
-        });
-    }
 }
 
 impl GgufTokenizer {
@@ -289,8 +180,8 @@ impl GgufTokenizer {
     /// `parse_special` also recognises control tokens written in the text (e.g. `<|im_start|>` in a
     /// rendered chat template).
     pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
-        if let Engine::HfJson { plain } = &self.engine {
-            return self.encode_json(plain, text, add_special, parse_special);
+        if let Engine::HfJson { tok, plain } = &self.engine {
+            return encode_json(tok, plain, text, add_special, parse_special);
         }
         let mut out = Vec::new();
         let wpm = self.kind == TokenizerKind::WordPiece;
@@ -308,7 +199,7 @@ impl GgufTokenizer {
                     prev_special = true;
                 }
                 Fragment::Text(t) => {
-                    match self.engine {
+                    match &self.engine {
                         Engine::Spm => {
                             let mut s = String::with_capacity(t.len() + 4);
                             if self.add_space_prefix && prev_special {
@@ -317,7 +208,11 @@ impl GgufTokenizer {
                             s.push_str(&t.replace(' ', "\u{2581}"));
                             spm::tokenize(&self.vocab, &s, &mut out)?;
                         }
-                        _ => self.hf_fragment(t, &mut out)?,
+                        Engine::Bpe { pre, merges, .. } => {
+                            bpe_fragment(pre, merges, &self.vocab, t, &mut out)?
+                        }
+                        Engine::WordPiece(tok) => hf_fragment(tok, t, &mut out)?,
+                        Engine::HfJson { .. } => {} // encoded whole above
                     }
                     prev_special = false;
                 }
@@ -338,49 +233,22 @@ impl GgufTokenizer {
         Ok(out)
     }
 
-    /// Runs the Hugging Face normalizer, pre-tokenizer and model on one text fragment (no added tokens).
-    fn hf_fragment(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
-        use tokenizers::{
-            Model, Normalizer, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer,
+    /// A Hugging Face tokenizer equivalent to this one (added tokens, post-processor and decoder set
+    /// up as llama.cpp would), e.g. to write a `tokenizer.json`. For BPE and WordPiece it tokenizes
+    /// exactly as [`GgufTokenizer::tokenize`] with `parse_special`; for SentencePiece it is Hugging
+    /// Face's approximation (BPE whose merges follow the scores, as `LlamaTokenizerFast`). Built on
+    /// each call from the vocabulary, so the tokenizer does not hold a second copy of it.
+    pub fn hf_tokenizer(&self) -> Result<tokenizers::Tokenizer> {
+        let specials = hf::Specials {
+            bos: self.bos_id.filter(|_| self.add_bos),
+            eos: self.eos_id.filter(|_| self.add_eos),
+            sep: self.sep_id.filter(|_| self.add_sep),
         };
-        let hf = |e: tokenizers::Error| tok_err(format!("tokenizing {text:?}: {e}"));
-        let mut pts = PreTokenizedString::from(text);
-        if let Some(n) = self.tokenizer.get_normalizer() {
-            pts.normalize(|s| n.normalize(s)).map_err(hf)?;
+        match &self.engine {
+            Engine::Spm => hf::spm(&self.vocab, self.unk_id, self.add_space_prefix, &specials),
+            Engine::Bpe { spec, merges, .. } => hf::bpe(&self.vocab, merges, *spec, &specials),
+            Engine::WordPiece(tok) | Engine::HfJson { tok, .. } => Ok(tok.as_ref().clone()),
         }
-        if let Some(p) = self.tokenizer.get_pre_tokenizer() {
-            p.pre_tokenize(&mut pts).map_err(hf)?;
-        }
-        let model = self.tokenizer.get_model();
-        pts.tokenize(|s| model.tokenize(s.get())).map_err(hf)?;
-        for (_, _, toks) in pts.get_splits(OffsetReferential::Original, OffsetType::None) {
-            if let Some(toks) = toks {
-                out.extend(toks.iter().map(|t| t.id));
-            }
-        }
-        Ok(())
-    }
-
-    fn encode_json(
-        &self,
-        plain: &OnceLock<tokenizers::Tokenizer>,
-        text: &str,
-        add_special: bool,
-        parse_special: bool,
-    ) -> Result<Vec<u32>> {
-        let tok = if parse_special {
-            &self.tokenizer
-        } else {
-            plain.get_or_init(|| {
-                let mut t = self.tokenizer.clone();
-                t.set_encode_special_tokens(true);
-                t
-            })
-        };
-        let enc = tok
-            .encode(text, add_special)
-            .map_err(|e| tok_err(format!("tokenizing {text:?}: {e}")))?;
-        Ok(enc.get_ids().to_vec())
     }
 
     /// Decodes ids to text like llama.cpp's `detokenize`: the tokens' bytes concatenated (control and unknown
@@ -389,9 +257,8 @@ impl GgufTokenizer {
     /// Unlike llama.cpp, a skipped BOS does not keep that first space. A `tokenizer.json` decodes through
     /// its own decoder.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
-        if let Engine::HfJson { .. } = self.engine {
-            return self
-                .tokenizer
+        if let Engine::HfJson { tok, .. } = &self.engine {
+            return tok
                 .decode(ids, skip_special)
                 .map_err(|e| tok_err(format!("decoding: {e}")));
         }
@@ -421,21 +288,17 @@ impl GgufTokenizer {
     /// user-defined tokens as their text. One token may hold part of a UTF-8 character; concatenate bytes
     /// before converting to text.
     pub fn token_bytes(&self, id: u32) -> Result<&[u8]> {
-        self.vocab
-            .pieces
-            .get(id as usize)
-            .map(Vec::as_slice)
-            .ok_or_else(|| {
-                tok_err(format!(
-                    "token id {id} is outside the vocabulary of {}",
-                    self.vocab_size
-                ))
-            })
+        self.vocab.pieces.bytes(id as usize).ok_or_else(|| {
+            tok_err(format!(
+                "token id {id} is outside the vocabulary of {}",
+                self.vocab_size
+            ))
+        })
     }
 
     /// The stored text of token `id` (e.g. `Ġthe`, `▁the`, `<|im_end|>`).
     pub fn token_text(&self, id: u32) -> Option<&str> {
-        self.vocab.texts.get(id as usize).map(String::as_str)
+        self.vocab.texts.str(id as usize)
     }
 
     /// The id of the token whose stored text is exactly `text`.
@@ -488,6 +351,72 @@ impl GgufTokenizer {
         }
         Ok(())
     }
+}
+
+/// Byte-level BPE on one text fragment: split by the pre-tokenizer's regexes, each piece merged.
+fn bpe_fragment(
+    pre: &PreTokenizerWrapper,
+    merges: &bpe::Bpe,
+    vocab: &Vocab,
+    text: &str,
+    out: &mut Vec<u32>,
+) -> Result<()> {
+    use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+    let mut pts = PreTokenizedString::from(text);
+    pre.pre_tokenize(&mut pts)
+        .map_err(|e| tok_err(format!("pre-tokenizing {text:?}: {e}")))?;
+    for (word, _, _) in pts.get_splits(OffsetReferential::Original, OffsetType::None) {
+        merges.word(vocab, word.as_bytes(), out);
+    }
+    Ok(())
+}
+
+/// Runs a Hugging Face tokenizer's normalizer, pre-tokenizer and model on one text fragment (no added
+/// tokens).
+fn hf_fragment(tok: &tokenizers::Tokenizer, text: &str, out: &mut Vec<u32>) -> Result<()> {
+    use tokenizers::{
+        Model, Normalizer, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer,
+    };
+    let hf = |e: tokenizers::Error| tok_err(format!("tokenizing {text:?}: {e}"));
+    let mut pts = PreTokenizedString::from(text);
+    if let Some(n) = tok.get_normalizer() {
+        pts.normalize(|s| n.normalize(s)).map_err(hf)?;
+    }
+    if let Some(p) = tok.get_pre_tokenizer() {
+        p.pre_tokenize(&mut pts).map_err(hf)?;
+    }
+    let model = tok.get_model();
+    pts.tokenize(|s| model.tokenize(s.get())).map_err(hf)?;
+    for (_, _, toks) in pts.get_splits(OffsetReferential::Original, OffsetType::None) {
+        if let Some(toks) = toks {
+            out.extend(toks.iter().map(|t| t.id));
+        }
+    }
+    Ok(())
+}
+
+/// Tokenizes with a `tokenizer.json` end to end; without `parse_special`, through the copy that does
+/// not match special tokens in the text.
+fn encode_json(
+    tok: &tokenizers::Tokenizer,
+    plain: &OnceLock<tokenizers::Tokenizer>,
+    text: &str,
+    add_special: bool,
+    parse_special: bool,
+) -> Result<Vec<u32>> {
+    let tok = if parse_special {
+        tok
+    } else {
+        plain.get_or_init(|| {
+            let mut t = tok.clone();
+            t.set_encode_special_tokens(true);
+            t
+        })
+    };
+    let enc = tok
+        .encode(text, add_special)
+        .map_err(|e| tok_err(format!("tokenizing {text:?}: {e}")))?;
+    Ok(enc.get_ids().to_vec())
 }
 
 /// llama.cpp's `clean_spaces` passes (Hugging Face `clean_up_tokenization_spaces`), ported literally
@@ -568,6 +497,19 @@ pub(crate) fn gpt2_char_byte(c: char) -> Option<u8> {
     u8::try_from(b).ok()
 }
 
+/// The GPT-2 byte-level character that stands for byte `b` (the inverse of [`gpt2_char_byte`]).
+pub(crate) fn gpt2_byte_char(b: u8) -> char {
+    let keep = (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+    if keep {
+        return char::from(b);
+    }
+    // the n-th byte that is not kept maps to U+0100 + n
+    let n = (0..b)
+        .filter(|&x| !((33..=126).contains(&x) || (161..=172).contains(&x) || x >= 174))
+        .count() as u32;
+    char::from_u32(0x100 + n).unwrap_or(char::REPLACEMENT_CHARACTER)
+}
+
 /// Parses a `<0xNN>` byte-token text.
 pub(crate) fn parse_byte_token(text: &str) -> Option<u8> {
     let hex = text.strip_prefix("<0x")?.strip_suffix('>')?;
@@ -589,6 +531,9 @@ mod tests {
         assert_eq!(gpt2_char_byte('a'), Some(b'a'));
         assert_eq!(gpt2_char_byte('\u{00AD}'), None);
         assert_eq!(gpt2_char_byte('\u{2581}'), None);
+        for b in 0..=255u8 {
+            assert_eq!(gpt2_char_byte(gpt2_byte_char(b)), Some(b));
+        }
         let mut seen = [false; 256];
         for c in (0..324u32).filter_map(char::from_u32) {
             if let Some(b) = gpt2_char_byte(c) {
