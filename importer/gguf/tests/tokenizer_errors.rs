@@ -6,7 +6,7 @@ use cinder_gguf::tokenizer::{GgufTokenizer, TokenizerKind};
 use cinder_gguf::{GgufError, GgufFile};
 
 /// A metadata value for the tiny writer below.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 enum V {
     U32(u32),
     I32(i32),
@@ -398,5 +398,124 @@ fn bpe_merges_and_errors() {
             Some(V::Bool(true)),
         ),
         "bos",
+    );
+}
+
+/// A small deterministic generator for the randomized vocabularies below.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) as usize
+    }
+    fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+        &xs[self.next() % xs.len()]
+    }
+}
+
+/// Byte-level BPE vocabularies built at random from the tiny one (texts replaced or added, merges
+/// invented, some malformed, token types and special ids shuffled, Llama 3's `ignore_merges` on or
+/// off): each must build or be refused with an error, never panic; each that builds must encode and
+/// decode arbitrary text, and agree with the Hugging Face tokenizer written from it.
+#[test]
+fn random_bpe_vocabularies_never_panic() {
+    const ALPHABET: &[&str] = &[
+        "a", "b", "h", "i", "Ġ", "Ċ", "é", "日", "🦀", " ", "<", "|", ">", "0", "1", "!",
+    ];
+    const TEXTS: &[&str] = &[
+        " hi hi",
+        "hi!",
+        "aaaa bbbb",
+        "ab ab ab",
+        "日本🦀",
+        "<|end|>x",
+        "  \n\t",
+        "h",
+        "",
+        "0101",
+        "ÿ\u{100}",
+        "hihihihihihihihihi",
+    ];
+    let mut rng = Lcg(11);
+    let (mut built, mut refused_n) = (0, 0);
+    for _ in 0..300 {
+        let mut kvs = bpe_kvs();
+        let mut tokens: Vec<String> = match &kvs[2].1 {
+            V::Strs(t) => t.clone(),
+            _ => unreachable!(),
+        };
+        for _ in 0..rng.next() % 12 {
+            let len = 1 + rng.next() % 4;
+            let t: String = (0..len).map(|_| *rng.pick(ALPHABET)).collect();
+            // mostly unique texts (a repeat is refused, which one case in ten exercises)
+            if tokens.contains(&t) && rng.next() % 10 != 0 {
+                continue;
+            }
+            if rng.next() % 3 == 0 {
+                let at = rng.next() % tokens.len();
+                tokens[at] = t;
+            } else {
+                tokens.push(t);
+            }
+        }
+        let mut merges = Vec::new();
+        for _ in 0..rng.next() % 20 {
+            let line = match rng.next() % 80 {
+                0 => rng.pick(ALPHABET).to_string(), // no space
+                1 => format!(" {}", rng.pick(ALPHABET)),
+                _ => format!("{} {}", rng.pick(&tokens), rng.pick(&tokens)),
+            };
+            merges.push(line);
+        }
+        let n = tokens.len();
+        let types: Vec<i32> = (0..n)
+            .map(|_| match rng.next() % 400 {
+                0 => (rng.next() % 8) as i32, // 7 is no type: refused
+                1..=4 => (rng.next() % 7) as i32,
+                _ => 1,
+            })
+            .collect();
+        kvs = with(kvs, "tokenizer.ggml.tokens", Some(V::Strs(tokens)));
+        kvs = with(kvs, "tokenizer.ggml.token_type", Some(V::I32s(types)));
+        kvs = with(kvs, "tokenizer.ggml.merges", Some(V::Strs(merges)));
+        let eos = (rng.next() % (n + n / 20)) as u32;
+        kvs = with(kvs, "tokenizer.ggml.eos_token_id", Some(V::U32(eos)));
+        if rng.next() % 2 == 0 {
+            kvs = with(kvs, "tokenizer.ggml.pre", Some(s("llama3")));
+            kvs = with(kvs, "tokenizer.ggml.add_bos_token", Some(V::Bool(false)));
+        }
+        let tok = match build(&kvs) {
+            Ok(t) => t,
+            Err(GgufError::Tokenizer(msg)) => {
+                if std::env::var_os("SHOW_REFUSALS").is_some() {
+                    eprintln!("{msg}");
+                }
+                refused_n += 1;
+                continue;
+            }
+            Err(e) => panic!("not a tokenizer error: {e}"),
+        };
+        built += 1;
+        let mut hf = tok.hf_tokenizer().expect("a built tokenizer writes out");
+        // as `encode` (parse_special = false): control tokens written in the text are plain text
+        hf.set_encode_special_tokens(true);
+        for text in TEXTS {
+            for parse_special in [false, true] {
+                let ids = tok.tokenize(text, true, parse_special).expect("encode");
+                tok.decode(&ids, false).expect("decode");
+                tok.decode(&ids, true).expect("decode");
+            }
+            let ours = tok.encode(text, false).expect("encode");
+            let theirs = hf.encode(*text, false).expect("hf encode");
+            assert_eq!(ours, theirs.get_ids(), "{text:?} with {kvs:?}");
+        }
+    }
+    assert!(
+        built > 100 && refused_n > 10,
+        "built {built}, refused {refused_n}"
     );
 }

@@ -52,14 +52,18 @@ fn finish(
     let mut plain = Vec::new();
     for &id in &vocab.partition {
         let a = vocab.attrs[id as usize];
-        let t = AddedToken::from(name(id), a & attr::USER_DEFINED == 0)
+        // special (matched in text only with parse_special) exactly when llama.cpp's partition
+        // skips it without parse_special: control or unknown, even if also user-defined (an
+        // end-of-generation text that the file typed user-defined gets the control bit added)
+        let is_special = a & (attr::CONTROL | attr::UNKNOWN) != 0;
+        let t = AddedToken::from(name(id), is_special)
             .lstrip(a & attr::LSTRIP != 0)
             .rstrip(a & attr::RSTRIP != 0)
             .normalized(false);
-        if a & attr::USER_DEFINED != 0 {
-            plain.push(t)
-        } else {
+        if is_special {
             special.push(t)
+        } else {
+            plain.push(t)
         }
     }
     tok.add_special_tokens(&special);
