@@ -1,10 +1,11 @@
 //! The vocabulary as the tokenizer holds it for its lifetime: every token's text and decoded bytes
-//! stored back to back ([`Pool`]), ids sorted by text for lookups, attributes and scores, and
+//! stored back to back ([`Pool`]), a hash index from text to id, attributes and scores, and
 //! llama.cpp's special-token partition of the raw input.
 //!
-//! Why pools: a `String` per token costs its 24-byte header plus a heap block of at least 24 bytes, so
-//! a 49k vocabulary held as texts + pieces + a text -> id hash map took ~10 MB, more than the 135M
-//! model's activations; pooled, the same data is ~1.3 MB (Gemma's 262k tokens: ~7 MB instead of ~50).
+//! Why pools: a `String` per token costs a 24-byte header plus a heap block with its allocator
+//! overhead, for texts that average under 8 bytes. Held that way (texts, decoded bytes, and the
+//! Hugging Face model's two maps), SmolLM2's 49k-token vocabulary was most of the ~15 MiB of peak RSS
+//! that `cinder run` had above the weights and the code (`docs/perf.md`, stop 24).
 
 use super::{attr, tok_err};
 use crate::error::Result;
@@ -62,14 +63,70 @@ impl Pool {
     }
 }
 
+/// Token ids by text: open addressing with linear probing over a power-of-two table at least 1.5×
+/// the vocabulary (4 bytes a slot; Gemma's 262k tokens: 2 MiB). The hash is keyed at random per
+/// table (std's SipHash), so a crafted vocabulary cannot pile its texts into one probe chain and
+/// make building or lookups quadratic. A lookup is one hash and, typically, one text compare; a
+/// binary search over sorted ids took ~18 compares on scattered texts.
+struct TextIndex {
+    slots: Vec<u32>,
+    keys: std::collections::hash_map::RandomState,
+}
+
+/// A free slot (token ids stay below it: a vocabulary has fewer than `u32::MAX` tokens).
+const EMPTY: u32 = u32::MAX;
+
+impl TextIndex {
+    /// Indexes every item of `texts`; the lowest id keeps a repeated text, and the first repeat (in
+    /// id order) is returned beside the index as `(earlier id, id)`.
+    fn build(texts: &Pool) -> (Self, Option<(u32, u32)>) {
+        let cap = (texts.len() + texts.len() / 2 + 1).next_power_of_two();
+        let mut index = Self {
+            slots: vec![EMPTY; cap],
+            keys: std::collections::hash_map::RandomState::new(),
+        };
+        let mut duplicate = None;
+        for id in 0..texts.len() as u32 {
+            let text = texts.bytes(id as usize).unwrap_or_default();
+            match index.probe(texts, text) {
+                Ok(prev) => {
+                    duplicate.get_or_insert((prev, id));
+                }
+                Err(slot) => index.slots[slot] = id,
+            }
+        }
+        (index, duplicate)
+    }
+
+    /// `Ok(id)` of the token with this text, or `Err(slot)`: the free slot where it would go.
+    fn probe(&self, texts: &Pool, text: &[u8]) -> std::result::Result<u32, usize> {
+        use std::hash::BuildHasher;
+        let mask = self.slots.len() - 1;
+        let mut at = self.keys.hash_one(text) as usize & mask;
+        loop {
+            match self.slots[at] {
+                EMPTY => return Err(at),
+                id if texts.bytes(id as usize) == Some(text) => return Ok(id),
+                _ => at = (at + 1) & mask,
+            }
+        }
+    }
+
+    fn get(&self, texts: &Pool, text: &[u8]) -> Option<u32> {
+        self.probe(texts, text).ok()
+    }
+}
+
 /// The vocabulary as llama.cpp sees it: texts, attributes, scores and the decoded bytes of every token.
 pub(crate) struct Vocab {
     /// Each token's stored text (`Ġthe`, `▁the`, `<|im_end|>`).
     pub(crate) texts: Pool,
     pub(crate) attrs: Vec<u16>,
     pub(crate) scores: Vec<f32>,
-    /// Ids sorted by text (then id): [`Vocab::id`] binary-searches it.
-    by_text: Vec<u32>,
+    /// Token ids hashed by text, for [`Vocab::id`].
+    index: TextIndex,
+    /// The first token (in id order) whose text an earlier one has, with that earlier id.
+    duplicate: Option<(u32, u32)>,
     /// Tokens cut out of the raw text before tokenization (control, unknown, user-defined), longest first.
     pub(crate) partition: Vec<u32>,
     /// What each token decodes to (llama.cpp `token_to_piece(.., special = true)`).
@@ -102,18 +159,13 @@ impl Vocab {
     ) -> Self {
         texts.shrink();
         pieces.shrink();
-        let mut by_text: Vec<u32> = (0..texts.len() as u32).collect();
-        by_text.sort_unstable_by(|&a, &b| {
-            texts
-                .bytes(a as usize)
-                .cmp(&texts.bytes(b as usize))
-                .then(a.cmp(&b))
-        });
+        let (index, duplicate) = TextIndex::build(&texts);
         let mut v = Self {
             texts,
             attrs,
             scores,
-            by_text,
+            index,
+            duplicate,
             partition,
             pieces,
             byte_tokens: vec![None; 256],
@@ -129,21 +181,12 @@ impl Vocab {
 
     /// The id of the token whose text is `text` (the lowest id if several share it).
     pub(crate) fn id(&self, text: &str) -> Option<u32> {
-        let at = self
-            .by_text
-            .partition_point(|&i| self.texts.bytes(i as usize) < Some(text.as_bytes()));
-        let id = *self.by_text.get(at)?;
-        (self.texts.bytes(id as usize) == Some(text.as_bytes())).then_some(id)
+        self.index.get(&self.texts, text.as_bytes())
     }
 
     /// The first token (in id order) whose text an earlier token already has, with that earlier id.
     pub(crate) fn first_duplicate(&self) -> Option<(u32, u32)> {
-        self.by_text
-            .windows(2)
-            .filter(|w| self.texts.bytes(w[0] as usize) == self.texts.bytes(w[1] as usize))
-            // ids ascend within a run of equal texts, so the least later id names the earliest clash
-            .map(|w| (w[0], w[1]))
-            .min_by_key(|&(_, later)| later)
+        self.duplicate
     }
 
     /// Splits `text` around the partition tokens exactly as llama.cpp's `tokenizer_st_partition`: each token
