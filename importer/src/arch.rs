@@ -242,29 +242,6 @@ pub fn gemma3_config(f: &GgufFile) -> Result<Gemma3Config> {
     Ok(cfg)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_map_through_the_table() {
-        assert_eq!(
-            map_name(LLAMA_GGUF_NAMES, "layers.12.attn.wq").as_deref(),
-            Some("blk.12.attn_q")
-        );
-        assert_eq!(
-            map_name(LLAMA_GGUF_NAMES, "embed").as_deref(),
-            Some("token_embd")
-        );
-        assert_eq!(map_name(LLAMA_GGUF_NAMES, "layers.x.attn.wq"), None);
-        assert_eq!(map_name(LLAMA_GGUF_NAMES, "layers.1.nope"), None);
-        assert_eq!(
-            map_name(GEMMA3_GGUF_NAMES, "layers.0.post_ffn_norm").as_deref(),
-            Some("blk.0.post_ffw_norm")
-        );
-    }
-}
-
 /// BERT module paths -> HF checkpoint names (after the checkpoint's own prefix such as `bert.`).
 pub const BERT_HF_NAMES: &[NameTable] = &[&[
     ("embeddings.word", "embeddings.word_embeddings"),
@@ -292,3 +269,26 @@ pub const BERT_HF_NAMES: &[NameTable] = &[&[
     ("layers.{i}.ffn.down", "encoder.layer.{i}.output.dense"),
     ("layers.{i}.ffn_norm", "encoder.layer.{i}.output.LayerNorm"),
 ]];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_through_the_table() {
+        assert_eq!(
+            map_name(LLAMA_GGUF_NAMES, "layers.12.attn.wq").as_deref(),
+            Some("blk.12.attn_q")
+        );
+        assert_eq!(
+            map_name(LLAMA_GGUF_NAMES, "embed").as_deref(),
+            Some("token_embd")
+        );
+        assert_eq!(map_name(LLAMA_GGUF_NAMES, "layers.x.attn.wq"), None);
+        assert_eq!(map_name(LLAMA_GGUF_NAMES, "layers.1.nope"), None);
+        assert_eq!(
+            map_name(GEMMA3_GGUF_NAMES, "layers.0.post_ffn_norm").as_deref(),
+            Some("blk.0.post_ffw_norm")
+        );
+    }
+}

@@ -176,7 +176,10 @@ mod tests {
 
     fn sample(n: usize) -> Vec<f32> {
         (0..n)
-            .map(|i| ((i as f32 * 0.7071).sin() * 3.0) * if i % 29 == 0 { 4.0 } else { 1.0 })
+            .map(|i| {
+                ((i as f32 * std::f32::consts::FRAC_1_SQRT_2).sin() * 3.0)
+                    * if i.is_multiple_of(29) { 4.0 } else { 1.0 }
+            })
             .collect()
     }
 

@@ -452,10 +452,10 @@ fn random_bpe_vocabularies_never_panic() {
             let len = 1 + rng.next() % 4;
             let t: String = (0..len).map(|_| *rng.pick(ALPHABET)).collect();
             // mostly unique texts (a repeat is refused, which one case in ten exercises)
-            if tokens.contains(&t) && rng.next() % 10 != 0 {
+            if tokens.contains(&t) && !rng.next().is_multiple_of(10) {
                 continue;
             }
-            if rng.next() % 3 == 0 {
+            if rng.next().is_multiple_of(3) {
                 let at = rng.next() % tokens.len();
                 tokens[at] = t;
             } else {
@@ -484,7 +484,7 @@ fn random_bpe_vocabularies_never_panic() {
         kvs = with(kvs, "tokenizer.ggml.merges", Some(V::Strs(merges)));
         let eos = (rng.next() % (n + n / 20)) as u32;
         kvs = with(kvs, "tokenizer.ggml.eos_token_id", Some(V::U32(eos)));
-        if rng.next() % 2 == 0 {
+        if rng.next().is_multiple_of(2) {
             kvs = with(kvs, "tokenizer.ggml.pre", Some(s("llama3")));
             kvs = with(kvs, "tokenizer.ggml.add_bos_token", Some(V::Bool(false)));
         }
