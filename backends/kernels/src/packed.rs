@@ -302,6 +302,22 @@ pub fn matmul_packed_many_with(
     };
     let nb = k / QK;
     let rows: Vec<&[BlockQ8]> = acts.chunks_exact(nb).collect();
+    if m >= ROW_SPLIT_MIN {
+        // Prefill: each task takes a block of activation rows against every group of one weight,
+        // writing whole rows of that weight's output in place.
+        let per_task = rows_per_task(m, ps.len());
+        let mut tasks: Vec<(&Packed, usize, &mut [f32])> = Vec::new();
+        for (p, y) in ps.iter().zip(ys.iter_mut()) {
+            for (c, yc) in y.chunks_mut(per_task * p.n).enumerate() {
+                tasks.push((p, c * per_task, yc));
+            }
+        }
+        tasks.into_par_iter().for_each(|(p, i0, yc)| {
+            let take = yc.len() / p.n;
+            row_block_products(isa, p, &rows[i0..i0 + take], yc)
+        });
+        return Ok(());
+    }
     // Outputs per group, [groups][m][8] per weight: each task owns whole groups of one weight;
     // scattered into the ys afterwards.
     let mut yts: Vec<Vec<f32>> = ps
@@ -329,6 +345,46 @@ pub fn matmul_packed_many_with(
         }
     }
     Ok(())
+}
+
+/// From this many activation rows on, products split the rows among tasks rather than the weight's
+/// groups. Splitting groups keeps every task on all rows, so each task's outputs are a column block
+/// of `y` and were gathered in a scratch buffer, then copied on one thread: at prefill sizes that
+/// copy and the scratch's page faults took ~6% of Gemma-3's pp512 (`docs/perf.md`, stop 24).
+const ROW_SPLIT_MIN: usize = 16;
+
+/// Activation rows per task in the row split: about four tasks per thread over all the weights,
+/// whole [`TILE`]s, at most 64 rows (their Q8 blocks stay in L1/L2 while a group's weights stream).
+fn rows_per_task(m: usize, weights: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    let tasks_per_weight = (threads * 4).div_ceil(weights.max(1));
+    m.div_ceil(tasks_per_weight)
+        .next_multiple_of(TILE)
+        .clamp(TILE, 64)
+}
+
+/// Every group of `p` against the activation rows `rows`, written straight into `y` (`[rows][n]`).
+fn row_block_products(isa: Isa, p: &Packed, rows: &[&[BlockQ8]], y: &mut [f32]) {
+    let (m, n) = (rows.len(), p.n);
+    let nb = p.k / QK;
+    let gbytes = nb * chunk_bytes(p.layout).0;
+    let kernel = group_fn(p.layout, isa);
+    let tile = group_tile(p.layout, isa);
+    for g in 0..n.div_ceil(ROWS) {
+        let gw = &p.data[g * gbytes..(g + 1) * gbytes];
+        let cols = ROWS.min(n - g * ROWS);
+        let mut j = 0;
+        while j < m {
+            let take = tile.min(m - j);
+            let mut out = [[0.0f32; ROWS]; TILE];
+            kernel(gw, &rows[j..j + take], &mut out[..take]);
+            for (jj, o8) in out[..take].iter().enumerate() {
+                let at = (j + jj) * n + g * ROWS;
+                y[at..at + cols].copy_from_slice(&o8[..cols]);
+            }
+            j += take;
+        }
+    }
 }
 
 /// Groups `g0..` of `p` against every activation row: `ts` is `[groups][m][8]`.

@@ -248,7 +248,8 @@ fn packed_products_equal_row_dots_bit_for_bit() {
             GgmlType::Q5_0 => cinder_kernels::scalar::dot_q5_0,
             _ => cinder_kernels::scalar::dot_q8_0,
         };
-        for m in [1, 2, 3, 4, 5, 11] {
+        // 16 and 37: the row split of prefill-sized products (remainder tiles included)
+        for m in [1, 2, 3, 4, 5, 11, 16, 37] {
             let x = random_acts(m, k, &mut rng);
             let act::Activations::Q8(a) = act::quantize(act::ActKind::Q8, &x, k) else {
                 panic!("Q8 activations")
@@ -296,7 +297,7 @@ fn many_products_equal_each_alone() {
         })
         .collect();
     let refs: Vec<&cinder_kernels::Packed> = packed.iter().collect();
-    for m in [1, 4, 9] {
+    for m in [1, 4, 9, 16, 70] {
         let x = random_acts(m, k, &mut rng);
         for isa in Isa::ALL.into_iter().filter(|i| i.is_available()) {
             let mut ys: Vec<Vec<f32>> = specs.iter().map(|&(_, n)| vec![0.0; m * n]).collect();
