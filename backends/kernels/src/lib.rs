@@ -351,20 +351,23 @@ pub fn matmul_with(
     let kind = act_kind(w.ty).ok_or(KernelError::Unsupported(w.ty.name()))?;
     let dot = dot_for(w.ty, isa).ok_or(KernelError::Unsupported(w.ty.name()))?;
     let acts = act::quantize(kind, x, k);
-    // Weight row `r` against activation rows `0..out.len()`, tiled where a tile kernel exists.
-    let row_dots = |r: usize, out: &mut [f32]| {
+    // Weight row `r` against activation rows `i0..i0 + out.len()`, tiled where a tile kernel exists.
+    let row_dots = |r: usize, i0: usize, out: &mut [f32]| {
         let wr = &w.data[r * rb..(r + 1) * rb];
         match (dot, &acts) {
             (Dot::Q8(f, tile), Activations::Q8(a)) => {
                 let per = k / act::QK;
-                rows_tiled(out, |i| &a[i * per..(i + 1) * per], |x| f(wr, x), tile, wr);
+                let row = |i: usize| &a[(i0 + i) * per..(i0 + i + 1) * per];
+                rows_tiled(out, row, |x| f(wr, x), tile, wr);
             }
             (Dot::Q8K(f, tile), Activations::Q8K(a)) => {
                 let per = k / act::QK_K;
-                rows_tiled(out, |i| &a[i * per..(i + 1) * per], |x| f(wr, x), tile, wr);
+                let row = |i: usize| &a[(i0 + i) * per..(i0 + i + 1) * per];
+                rows_tiled(out, row, |x| f(wr, x), tile, wr);
             }
             (Dot::F(f, tile), Activations::F32(a)) => {
-                rows_tiled(out, |i| &a[i * k..(i + 1) * k], |x| f(wr, x), tile, wr);
+                let row = |i: usize| &a[(i0 + i) * k..(i0 + i + 1) * k];
+                rows_tiled(out, row, |x| f(wr, x), tile, wr);
             }
             // `act_kind` and `dot_for` are built from the same table.
             _ => out.fill(0.0),
@@ -374,7 +377,21 @@ pub fn matmul_with(
     if m == 1 {
         y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
             for (o, v) in ys.iter_mut().enumerate() {
-                row_dots(c * chunk + o, std::slice::from_mut(v));
+                row_dots(c * chunk + o, 0, std::slice::from_mut(v));
+            }
+        });
+    } else if m >= packed::ROW_SPLIT_MIN {
+        // Prefill: each task takes a block of activation rows against every weight row
+        // and writes its own rows of y, so nothing is gathered or transposed on one thread.
+        let per = packed::act_rows_per_task(m, 1);
+        y.par_chunks_mut(per * n).enumerate().for_each(|(c, yc)| {
+            let rows = yc.len() / n;
+            let mut col = [0.0f32; packed::MAX_TASK_ROWS];
+            for r in 0..n {
+                row_dots(r, c * per, &mut col[..rows]);
+                for (i, &v) in col[..rows].iter().enumerate() {
+                    yc[i * n + r] = v;
+                }
             }
         });
     } else {
@@ -385,7 +402,7 @@ pub fn matmul_with(
             .enumerate()
             .for_each(|(c, ts)| {
                 for (o, row) in ts.chunks_exact_mut(m).enumerate() {
-                    row_dots(c * chunk + o, row);
+                    row_dots(c * chunk + o, 0, row);
                 }
             });
         for (r, col) in yt.chunks_exact(m).enumerate() {

@@ -305,7 +305,7 @@ pub fn matmul_packed_many_with(
     if m >= ROW_SPLIT_MIN {
         // Prefill: each task takes a block of activation rows against every group of one weight,
         // writing whole rows of that weight's output in place.
-        let per_task = rows_per_task(m, ps.len());
+        let per_task = act_rows_per_task(m, ps.len());
         let mut tasks: Vec<(&Packed, usize, &mut [f32])> = Vec::new();
         for (p, y) in ps.iter().zip(ys.iter_mut()) {
             for (c, yc) in y.chunks_mut(per_task * p.n).enumerate() {
@@ -348,20 +348,23 @@ pub fn matmul_packed_many_with(
 }
 
 /// From this many activation rows on, products split the rows among tasks rather than the weight's
-/// groups. Splitting groups keeps every task on all rows, so each task's outputs are a column block
+/// groups (here and in the row-at-a-time path of `matmul_with`). Splitting groups keeps every task on all rows, so each task's outputs are a column block
 /// of `y` and were gathered in a scratch buffer, then copied on one thread: at prefill sizes that
 /// copy and the scratch's page faults took ~6% of Gemma-3's pp512 (`docs/perf.md`, stop 24).
-const ROW_SPLIT_MIN: usize = 16;
+pub(crate) const ROW_SPLIT_MIN: usize = 16;
 
 /// Activation rows per task in the row split: about four tasks per thread over all the weights,
 /// whole [`TILE`]s, at most 64 rows (their Q8 blocks stay in L1/L2 while a group's weights stream).
-fn rows_per_task(m: usize, weights: usize) -> usize {
+pub(crate) fn act_rows_per_task(m: usize, weights: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
     let tasks_per_weight = (threads * 4).div_ceil(weights.max(1));
     m.div_ceil(tasks_per_weight)
         .next_multiple_of(TILE)
-        .clamp(TILE, 64)
+        .clamp(TILE, MAX_TASK_ROWS)
 }
+
+/// The most activation rows one task of the row split takes.
+pub(crate) const MAX_TASK_ROWS: usize = 64;
 
 /// Every group of `p` against the activation rows `rows`, written straight into `y` (`[rows][n]`).
 fn row_block_products(isa: Isa, p: &Packed, rows: &[&[BlockQ8]], y: &mut [f32]) {

@@ -115,8 +115,9 @@ fn simd_equals_scalar_bit_for_bit() {
             GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => &[768, 100],
             _ => &[768],
         };
-        for &k in ks {
-            let (n, m) = (37, 9);
+        // m = 20: the row split of prefill-sized products
+        for (&k, m) in ks.iter().flat_map(|k| [(k, 9), (k, 20)]) {
+            let n = 37;
             let wd = random_weights(ty, n, k, &mut rng);
             let x = random_acts(m, k, &mut rng);
             let w = Weights {
@@ -137,10 +138,18 @@ fn simd_equals_scalar_bit_for_bit() {
                     ty.name()
                 );
             }
-            // m == 1 (the decode path) gives the same numbers as row 0 of the batched product.
-            let mut y1 = vec![0.0; n];
-            matmul_with(isa, w, &x[..k], 1, &mut y1).unwrap();
-            assert_eq!(&y1[..], &yv[..n], "{} decode vs batched", ty.name());
+            // m == 1 (the decode path) gives the same numbers as each row of the batched product.
+            for i in [0, m / 2, m - 1] {
+                let mut y1 = vec![0.0; n];
+                matmul_with(isa, w, &x[i * k..(i + 1) * k], 1, &mut y1).unwrap();
+                let row = &yv[i * n..(i + 1) * n];
+                assert_eq!(
+                    &y1[..],
+                    row,
+                    "{} m={m}: decode vs batched row {i}",
+                    ty.name()
+                );
+            }
         }
     }
 }
