@@ -138,14 +138,29 @@ pub fn quantize(kind: ActKind, x: &[f32], k: usize) -> Activations {
         ActKind::BF16 => Activations::F32(x.iter().map(|&v| bf16::from_f32(v).to_f32()).collect()),
         ActKind::Q8 => {
             debug_assert_eq!(k % QK, 0);
-            Activations::Q8(x.chunks_exact(QK).map(quantize_q8).collect())
+            Activations::Q8(blocks(x, QK, quantize_q8))
         }
         ActKind::Q8K => {
             debug_assert_eq!(k % QK_K, 0);
-            Activations::Q8K(x.chunks_exact(QK_K).map(quantize_q8k).collect())
+            Activations::Q8K(blocks(x, QK_K, quantize_q8k))
         }
     }
 }
+
+/// Quantizes `x` block by block, on every thread for prefill-sized inputs: each block is quantized
+/// alone, so the blocks are the same either way. Serially, a 512-row activation took 3.5% of
+/// Gemma-3's pp512 (`docs/perf.md`, stop 24); a decode row is too small to share out.
+fn blocks<B: Send>(x: &[f32], qk: usize, f: impl Fn(&[f32]) -> B + Sync + Send) -> Vec<B> {
+    use rayon::prelude::*;
+    if x.len() >= PARALLEL_MIN {
+        x.par_chunks_exact(qk).map(f).collect()
+    } else {
+        x.chunks_exact(qk).map(f).collect()
+    }
+}
+
+/// Values from which activation quantization runs in parallel (16 rows of 2048).
+const PARALLEL_MIN: usize = 32 * 1024;
 
 /// The values the kernels see: activations rounded into `kind` and expanded back to f32, for
 /// backends that compute with f32 weights (the generic fallback) and for tests.
@@ -166,6 +181,33 @@ pub fn fake_quantize(kind: ActKind, x: &[f32], k: usize) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parallel_quantization_equals_serial() {
+        let x: Vec<f32> = (0..PARALLEL_MIN + 4 * QK_K)
+            .map(|i| ((i as f32) * 0.37).sin() * (1.0 + (i % 97) as f32))
+            .collect();
+        let Activations::Q8K(par) = quantize(ActKind::Q8K, &x, QK_K) else {
+            panic!("Q8K")
+        };
+        let serial: Vec<BlockQ8K> = x.chunks_exact(QK_K).map(quantize_q8k).collect();
+        assert_eq!(par.len(), serial.len());
+        assert!(
+            par.iter()
+                .zip(&serial)
+                .all(|(a, b)| a.d.to_bits() == b.d.to_bits() && a.qs == b.qs && a.bsums == b.bsums)
+        );
+        let Activations::Q8(par) = quantize(ActKind::Q8, &x, QK) else {
+            panic!("Q8")
+        };
+        let serial: Vec<BlockQ8> = x.chunks_exact(QK).map(quantize_q8).collect();
+        assert!(
+            par.iter()
+                .zip(&serial)
+                .all(|(a, b)| a.d.to_bits() == b.d.to_bits() && a.qs == b.qs)
+        );
+        assert_eq!(par.len(), serial.len());
+    }
 
     #[test]
     fn magic_rounding_is_round_half_even() {
