@@ -10,6 +10,7 @@
 use std::arch::x86_64::*;
 
 use crate::act::{BlockQ8, BlockQ8K};
+use crate::avx2_packed::{EVEX, PLAIN, VEX};
 use crate::scalar::{add_kmins, unpack_scales_k4};
 
 /// The two f16 values in the 4 bytes at `at`, widened with F16C (exact, as `half` is).
@@ -427,9 +428,36 @@ tile32!(tile_q5_1, 24, signed: false, offset: true, |b| {
     let hi = _mm256_and_si256(bits32(qh_at(b, 4)), _mm256_set1_epi8(0x10));
     _mm256_or_si256(nibbles32(b.as_ptr().add(8)), hi)
 });
-/// Q4_K · [`TILE`] rows.
+/// `acc + madd(a, b)`: 16-bit pair products summed into 32-bit lanes. With VNNI one `vpdpwssd`
+/// (AVX-VNNI, or AVX512-VNNI on 256-bit registers), otherwise `vpmaddwd` + `vpaddd`: the same
+/// integers either way (neither form saturates).
+#[inline(always)]
+unsafe fn madd_acc<const K: u8>(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    match K {
+        VEX => _mm256_dpwssd_avx_epi32(acc, a, b),
+        EVEX => _mm256_dpwssd_epi32(acc, a, b),
+        _ => _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)),
+    }
+}
+
+/// Q4_K · [`TILE`] rows (AVX2 / AVX-VNNI / AVX512-VNNI forms below).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn tile_q4_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
+    tile_q4_k_with::<PLAIN>(w, x)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub unsafe fn tile_q4_k_vnni(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
+    tile_q4_k_with::<VEX>(w, x)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+pub unsafe fn tile_q4_k_evex(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
+    tile_q4_k_with::<EVEX>(w, x)
+}
+
+#[inline(always)]
+unsafe fn tile_q4_k_with<const K: u8>(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
     let mut acc = [_mm256_setzero_ps(); TILE];
     let mut accm = [_mm_setzero_ps(); TILE];
     let m4 = _mm256_set1_epi8(0x0F);
@@ -444,10 +472,9 @@ pub unsafe fn tile_q4_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
             let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
             for j in 0..TILE {
                 let qs = &x[j][ib].qs;
-                let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load_q(&qs[64 * c..])), sl);
-                let ph =
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load_q(&qs[64 * c + 32..])), sh);
-                sumi[j] = _mm256_add_epi32(sumi[j], _mm256_add_epi32(pl, ph));
+                let pl = _mm256_maddubs_epi16(lo, load_q(&qs[64 * c..]));
+                let ph = _mm256_maddubs_epi16(hi, load_q(&qs[64 * c + 32..]));
+                sumi[j] = madd_acc::<K>(madd_acc::<K>(sumi[j], pl, sl), ph, sh);
             }
         }
         let (dw, dminw) = f16x2(b, 0);
@@ -466,9 +493,24 @@ pub unsafe fn tile_q4_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
     out
 }
 
-/// Q6_K · [`TILE`] rows.
+/// Q6_K · [`TILE`] rows (AVX2 / AVX-VNNI / AVX512-VNNI forms below).
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn tile_q6_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
+    tile_q6_k_with::<PLAIN>(w, x)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+pub unsafe fn tile_q6_k_vnni(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
+    tile_q6_k_with::<VEX>(w, x)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+pub unsafe fn tile_q6_k_evex(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
+    tile_q6_k_with::<EVEX>(w, x)
+}
+
+#[inline(always)]
+unsafe fn tile_q6_k_with<const K: u8>(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
     let mut acc = [_mm256_setzero_ps(); TILE];
     let m4 = _mm256_set1_epi8(0x0F);
     let m2 = _mm256_set1_epi8(3);
@@ -502,7 +544,7 @@ pub unsafe fn tile_q6_k(w: &[u8], x: &[&[BlockQ8K]; TILE]) -> [f32; TILE] {
                         _mm256_maddubs_epi16(*qv, y),
                         _mm256_maddubs_epi16(m32, y),
                     );
-                    sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(p, sc));
+                    sumi[j] = madd_acc::<K>(sumi[j], p, sc);
                 }
             }
         }

@@ -195,6 +195,20 @@ mod avx2_safe {
     }
     wrap_tile!(tile_q5_1: BlockQ8, tile_q4_k: BlockQ8K, tile_q6_k: BlockQ8K,
                tile_f32: f32, tile_f16: f32, tile_bf16: f32);
+    // SAFETY (these): handed out by `k_tiles` only at the `dot_level` that confirmed the VNNI
+    // extensions they enable.
+    wrap_tile!(tile_q4_k_vnni: BlockQ8K, tile_q6_k_vnni: BlockQ8K,
+               tile_q4_k_evex: BlockQ8K, tile_q6_k_evex: BlockQ8K);
+
+    /// The Q4_K and Q6_K tile kernels of this CPU's best 16-bit dot form.
+    pub fn k_tiles() -> (TileQ8K, TileQ8K) {
+        use crate::avx2_packed::{EVEX, VEX, dot_level};
+        match dot_level() {
+            EVEX => (tile_q4_k_evex, tile_q6_k_evex),
+            VEX => (tile_q4_k_vnni, tile_q6_k_vnni),
+            _ => (tile_q4_k, tile_q6_k),
+        }
+    }
 }
 
 fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
@@ -206,9 +220,9 @@ fn dot_for(ty: GgmlType, isa: Isa) -> Option<Dot> {
             // Packed by `matmul_with` before a row kernel is looked up (`avx2_packed`).
             Q4_0 | Q4_1 | Q5_0 | Q8_0 => return dot_for(ty, Isa::Scalar),
             Q5_1 => Dot::Q8(v::dot_q5_1, Some(v::tile_q5_1)),
-            Q4_K => Dot::Q8K(v::dot_q4_k, Some(v::tile_q4_k)),
+            Q4_K => Dot::Q8K(v::dot_q4_k, Some(v::k_tiles().0)),
             Q5_K => Dot::Q8K(v::dot_q5_k, None),
-            Q6_K => Dot::Q8K(v::dot_q6_k, Some(v::tile_q6_k)),
+            Q6_K => Dot::Q8K(v::dot_q6_k, Some(v::k_tiles().1)),
             F32 => Dot::F(v::dot_f32, Some(v::tile_f32)),
             F16 => Dot::F(v::dot_f16, Some(v::tile_f16)),
             BF16 => Dot::F(v::dot_bf16, Some(v::tile_bf16)),
