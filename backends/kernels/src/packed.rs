@@ -368,48 +368,52 @@ pub(crate) const MAX_TASK_ROWS: usize = 64;
 
 /// Every group of `p` against the activation rows `rows`, written straight into `y` (`[rows][n]`).
 fn row_block_products(isa: Isa, p: &Packed, rows: &[&[BlockQ8]], y: &mut [f32]) {
-    let (m, n) = (rows.len(), p.n);
-    let nb = p.k / QK;
-    let gbytes = nb * chunk_bytes(p.layout).0;
-    let kernel = group_fn(p.layout, isa);
-    let tile = group_tile(p.layout, isa);
+    let n = p.n;
+    let gbytes = p.k / QK * chunk_bytes(p.layout).0;
+    let (kernel, tile) = (group_fn(p.layout, isa), group_tile(p.layout, isa));
     for g in 0..n.div_ceil(ROWS) {
         let gw = &p.data[g * gbytes..(g + 1) * gbytes];
         let cols = ROWS.min(n - g * ROWS);
-        let mut j = 0;
-        while j < m {
-            let take = tile.min(m - j);
-            let mut out = [[0.0f32; ROWS]; TILE];
-            kernel(gw, &rows[j..j + take], &mut out[..take]);
-            for (jj, o8) in out[..take].iter().enumerate() {
-                let at = (j + jj) * n + g * ROWS;
-                y[at..at + cols].copy_from_slice(&o8[..cols]);
-            }
-            j += take;
-        }
+        group_against_rows(kernel, tile, gw, rows, |i, o8| {
+            let at = i * n + g * ROWS;
+            y[at..at + cols].copy_from_slice(&o8[..cols]);
+        });
     }
 }
 
 /// Groups `g0..` of `p` against every activation row: `ts` is `[groups][m][8]`.
 fn group_products(isa: Isa, p: &Packed, g0: usize, rows: &[&[BlockQ8]], ts: &mut [f32]) {
     let m = rows.len();
-    let nb = p.k / QK;
-    let gbytes = nb * chunk_bytes(p.layout).0;
-    let kernel = group_fn(p.layout, isa);
-    let tile = group_tile(p.layout, isa);
+    let gbytes = p.k / QK * chunk_bytes(p.layout).0;
+    let (kernel, tile) = (group_fn(p.layout, isa), group_tile(p.layout, isa));
     for (o, t) in ts.chunks_exact_mut(m * ROWS).enumerate() {
         let g = g0 + o;
         let gw = &p.data[g * gbytes..(g + 1) * gbytes];
-        let mut j = 0;
-        while j < m {
-            let take = tile.min(m - j);
-            let mut out = [[0.0f32; ROWS]; TILE];
-            kernel(gw, &rows[j..j + take], &mut out[..take]);
-            for (jj, o8) in out[..take].iter().enumerate() {
-                t[(j + jj) * ROWS..(j + jj + 1) * ROWS].copy_from_slice(o8);
-            }
-            j += take;
+        group_against_rows(kernel, tile, gw, rows, |i, o8| {
+            t[i * ROWS..(i + 1) * ROWS].copy_from_slice(o8)
+        });
+    }
+}
+
+/// One group's chunks `gw` against every row of `rows` through `kernel`, `tile` rows per call
+/// ([`group_tile`]); `emit(i, outputs)` receives row `i`'s 8 outputs.
+fn group_against_rows(
+    kernel: GroupFn,
+    tile: usize,
+    gw: &[u8],
+    rows: &[&[BlockQ8]],
+    mut emit: impl FnMut(usize, &[f32; ROWS]),
+) {
+    let m = rows.len();
+    let mut j = 0;
+    while j < m {
+        let take = tile.min(m - j);
+        let mut out = [[0.0f32; ROWS]; TILE];
+        kernel(gw, &rows[j..j + take], &mut out[..take]);
+        for (jj, o8) in out[..take].iter().enumerate() {
+            emit(j + jj, o8);
         }
+        j += take;
     }
 }
 
