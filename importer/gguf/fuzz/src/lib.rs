@@ -5,8 +5,9 @@
 
 use cinder_gguf::{GgufError, GgufFile, Value};
 
-/// Parses `data` as GGUF; if that succeeds, reads every metadata value through the typed accessors and
-/// dequantizes every tensor. Returns the number of elements dequantized, or the parse error.
+/// Parses `data` as GGUF; if that succeeds, reads every metadata value through the typed accessors,
+/// dequantizes every tensor, and builds the tokenizer when the file names one ([`use_tokenizer`]).
+/// Returns the number of elements dequantized, or the parse error.
 ///
 /// Panics only on a broken invariant of the reader (a validated tensor whose bytes or dequantization
 /// disagree with its header): those are the bugs fuzzing looks for.
@@ -54,7 +55,41 @@ pub fn parse_and_dequantize(data: &[u8]) -> Result<u64, GgufError> {
         );
         n += values.len() as u64;
     }
+    use_tokenizer(&file);
     Ok(n)
+}
+
+/// Texts that reach every tokenizer path: spaces and newlines, digits, punctuation, multi-byte and
+/// invalid-looking characters, special-token markup.
+const TEXTS: &[&str] = &[
+    "",
+    " hi hi\n\n 123,4567 don't!",
+    "日本語 🦀 café\t\r\n<|end|><s></s>[CLS]",
+    "\u{0}\u{ffff}\u{10ffff}▁▁ab",
+];
+
+/// Builds the tokenizer of a file that has `tokenizer.ggml.model` (an error is fine, a panic is
+/// not); one that builds must encode and decode [`TEXTS`] with and without special-token parsing.
+/// Returns whether a tokenizer was built.
+pub fn use_tokenizer(file: &GgufFile) -> bool {
+    if file.get("tokenizer.ggml.model").is_none() {
+        return false;
+    }
+    let Ok(tok) = cinder_gguf::tokenizer::GgufTokenizer::from_gguf(file) else {
+        return false;
+    };
+    for text in TEXTS {
+        for (add, parse) in [(false, false), (true, true)] {
+            if let Ok(ids) = tok.tokenize(text, add, parse) {
+                let _ = tok.decode(&ids, false);
+                let _ = tok.decode(&ids, true);
+                for &id in &ids {
+                    let _ = (tok.token_bytes(id), tok.token_text(id), tok.is_eog(id));
+                }
+            }
+        }
+    }
+    true
 }
 
 fn touch(v: &Value) {
