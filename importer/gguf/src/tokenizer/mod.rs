@@ -472,20 +472,27 @@ fn clean_spaces(text: &mut Vec<u8>) {
     text.truncate(total);
 }
 
-/// GPT-2's byte-to-character map, inverted: printable Latin-1 bytes stand for themselves, the other 68
-/// bytes for U+0100.. in byte order. `GPT2_CHAR_BYTE[c]` is the byte of char `c`, or -1.
-const GPT2_CHAR_BYTE: [i16; 324] = {
-    let mut table = [-1i16; 324];
+/// GPT-2's byte-to-character map: printable Latin-1 bytes stand for themselves, the other 68 bytes
+/// for U+0100.. in byte order. `GPT2_BYTE_CHAR[b]` is the code point of byte `b`'s character.
+const GPT2_BYTE_CHAR: [u16; 256] = {
+    let mut table = [0u16; 256];
     let mut n = 0;
     let mut b = 0;
     while b < 256 {
         let keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-        if keep {
-            table[b] = b as i16;
-        } else {
-            table[256 + n] = b as i16;
-            n += 1;
-        }
+        table[b] = if keep { b as u16 } else { 256 + n };
+        n += !keep as u16;
+        b += 1;
+    }
+    table
+};
+
+/// [`GPT2_BYTE_CHAR`] inverted: `GPT2_CHAR_BYTE[c]` is the byte of char `c`, or -1.
+const GPT2_CHAR_BYTE: [i16; 324] = {
+    let mut table = [-1i16; 324];
+    let mut b = 0;
+    while b < 256 {
+        table[GPT2_BYTE_CHAR[b] as usize] = b as i16;
         b += 1;
     }
     table
@@ -499,15 +506,8 @@ pub(crate) fn gpt2_char_byte(c: char) -> Option<u8> {
 
 /// The GPT-2 byte-level character that stands for byte `b` (the inverse of [`gpt2_char_byte`]).
 pub(crate) fn gpt2_byte_char(b: u8) -> char {
-    let keep = (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
-    if keep {
-        return char::from(b);
-    }
-    // the n-th byte that is not kept maps to U+0100 + n
-    let n = (0..b)
-        .filter(|&x| !((33..=126).contains(&x) || (161..=172).contains(&x) || x >= 174))
-        .count() as u32;
-    char::from_u32(0x100 + n).unwrap_or(char::REPLACEMENT_CHARACTER)
+    // every entry is below U+0144, a valid scalar value
+    char::from_u32(u32::from(GPT2_BYTE_CHAR[b as usize])).unwrap_or(char::REPLACEMENT_CHARACTER)
 }
 
 /// Parses a `<0xNN>` byte-token text.
