@@ -1,12 +1,12 @@
 //! Criterion benchmark of the GGUF tokenizers: building each from its file's metadata, and encoding the
 //! Lee corpus (~6k words) with Cinder's engine against the Hugging Face tokenizer built from the same
-//! vocabulary (`GgufTokenizer::hf_tokenizer`, what Cinder ran for BPE before its own engine). SmolLM2 is
+//! vocabulary (`Tokenizer::hf_tokenizer`, what Cinder ran for BPE before its own engine). SmolLM2 is
 //! byte-level BPE, Gemma 3 SentencePiece (where the Hugging Face form is only an approximation).
 //!
 //! `cargo bench --bench tokenize`
 
 use cinder::gguf::GgufFile;
-use cinder::gguf::tokenizer::GgufTokenizer;
+use cinder::tokenizer::Tokenizer;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn bench(c: &mut Criterion) {
@@ -21,12 +21,12 @@ fn bench(c: &mut Criterion) {
             continue;
         };
         let file = GgufFile::open(&r.path).expect("gguf");
-        let tok = GgufTokenizer::from_gguf(&file).expect("tokenizer");
+        let tok = Tokenizer::from_gguf(&file).expect("tokenizer");
         let hf = tok.hf_tokenizer().expect("hf tokenizer");
         let mut g = c.benchmark_group(format!("tokenize_{name}"));
         g.sample_size(10);
         g.bench_function("build_from_gguf", |b| {
-            b.iter(|| GgufTokenizer::from_gguf(&file).expect("tokenizer"))
+            b.iter(|| Tokenizer::from_gguf(&file).expect("tokenizer"))
         });
         g.bench_function("encode_lee_cinder", |b| {
             b.iter(|| tok.encode(&text, true).expect("encode"))

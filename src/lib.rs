@@ -26,13 +26,14 @@
 #![warn(missing_docs)]
 
 pub use cinder_backends as backends;
+pub use cinder_catalog as catalog;
+pub use cinder_gguf as gguf;
 pub use cinder_importer as importer;
-pub use cinder_importer::catalog;
-pub use cinder_importer::gguf;
 pub use cinder_index as index;
 pub use cinder_models as models;
 pub use cinder_runtime as runtime;
 pub use cinder_server as server;
+pub use cinder_tokenizer as tokenizer;
 
 /// The names most programs need.
 pub mod prelude {

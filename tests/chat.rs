@@ -4,12 +4,12 @@
 mod common;
 
 use cinder::gguf::GgufFile;
-use cinder::gguf::tokenizer::GgufTokenizer;
 use cinder::runtime::tokenizer::{ChatMessage, apply_chat_template};
+use cinder::tokenizer::Tokenizer;
 
 fn render(model: &str) -> (String, Vec<u32>) {
     let f = GgufFile::open(common::model_path(model)).expect("model");
-    let tok = GgufTokenizer::from_gguf(&f).expect("tokenizer");
+    let tok = Tokenizer::from_gguf(&f).expect("tokenizer");
     let msgs = [
         ChatMessage::new("system", "Be brief."),
         ChatMessage::new("user", "Hello"),

@@ -73,7 +73,7 @@ fn chat_applies_the_template() {
             .path,
     )
     .expect("gguf");
-    let tok = cinder::gguf::tokenizer::GgufTokenizer::from_gguf(&f).expect("tokenizer");
+    let tok = cinder::tokenizer::Tokenizer::from_gguf(&f).expect("tokenizer");
     let msgs = [cinder::runtime::tokenizer::ChatMessage::new(
         "user",
         "What is 2+2?",

@@ -4,12 +4,12 @@
 mod common;
 
 use cinder::gguf::GgufFile;
-use cinder::gguf::tokenizer::GgufTokenizer;
 use cinder::runtime::tokenizer::Detokenizer;
+use cinder::tokenizer::Tokenizer;
 
 fn check(model: &str) {
     let f = GgufFile::open(common::model_path(model)).expect("model");
-    let tok = GgufTokenizer::from_gguf(&f).expect("tokenizer");
+    let tok = Tokenizer::from_gguf(&f).expect("tokenizer");
     for text in [
         "héllo wörld — naïve café",
         "Rust 🦀 and emoji 👩‍💻 mixed with 世界 and Ελληνικά",

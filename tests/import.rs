@@ -226,7 +226,7 @@ type HfTensor = (String, Vec<usize>, Vec<u8>);
 /// files) from a GGUF Llama model.
 fn write_hf_from_gguf(gguf: &Path, dir: &Path) {
     use cinder::gguf::GgufFile;
-    use cinder::gguf::tokenizer::GgufTokenizer;
+    use cinder::tokenizer::Tokenizer;
     let f = GgufFile::open(gguf).expect("gguf");
     let u = |k: &str| {
         f.get(&format!("llama.{k}"))
@@ -316,7 +316,7 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path) {
         "torch_dtype": "float32",
     });
     std::fs::write(dir.join("config.json"), config.to_string()).expect("config");
-    let tok = GgufTokenizer::from_gguf(&f).expect("tokenizer");
+    let tok = Tokenizer::from_gguf(&f).expect("tokenizer");
     std::fs::write(
         dir.join("tokenizer.json"),
         tok.hf_tokenizer()

@@ -6,6 +6,9 @@ pub enum ImportError {
     /// The GGUF file is malformed or lacks what the architecture needs.
     #[error(transparent)]
     Gguf(#[from] cinder_gguf::GgufError),
+    /// The tokenizer metadata (or `tokenizer.json`) is malformed.
+    #[error(transparent)]
+    Tokenizer(#[from] cinder_tokenizer::TokenizerError),
     /// The model could not be built from the weights.
     #[error(transparent)]
     Model(#[from] cinder_models::ModelError),

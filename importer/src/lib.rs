@@ -1,10 +1,10 @@
 //! # cinder-importer
 //!
-//! Turns checkpoint files into Cinder models: the GGUF reader ([`gguf`], re-exported from `cinder-gguf`),
-//! per-architecture configs and declarative name tables ([`arch`]), a [`WeightSource`] over GGUF tensors,
-//! tokenizer construction, sentence-embedding models from SafeTensors or ONNX ([`embedding`]),
-//! Llama-family HF SafeTensors checkpoints ([`hf_llama`]), Burn records with checksum manifests
-//! ([`record`]), and the model [`catalog`].
+//! Turns checkpoint files into Cinder models: per-architecture configs and declarative name tables
+//! ([`arch`]), a [`WeightSource`] over GGUF tensors (read by `cinder-gguf`), tokenizers (built by
+//! `cinder-tokenizer`), sentence-embedding models from SafeTensors or ONNX ([`embedding`]),
+//! Llama-family HF SafeTensors checkpoints ([`hf_llama`]), and Burn records with checksum manifests
+//! ([`record`]). Catalog names are resolved by `cinder-catalog`.
 //!
 //! [`WeightSource`]: cinder_models::WeightSource
 #![warn(missing_docs)]
@@ -18,8 +18,6 @@ mod load;
 mod offload;
 pub mod record;
 
-pub use cinder_catalog as catalog;
-pub use cinder_gguf as gguf;
 pub use embedding::load_embedder;
 pub use error::{ImportError, Result};
 pub use gguf_weights::{GgufWeights, StoredTensor, TableWeights, TensorStore};

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use cinder_gguf::GgufFile;
-use cinder_gguf::tokenizer::GgufTokenizer;
 use cinder_models::gemma3::{Gemma3, Gemma3Config};
 use cinder_models::llama::{Llama, LlamaConfig};
 use cinder_models::{AnyModel, ModelPart};
+use cinder_tokenizer::Tokenizer;
 use serde::{Deserialize, Serialize};
 
 use crate::arch::{self, GEMMA3_GGUF_NAMES, LLAMA_FAMILY, LLAMA_GGUF_NAMES};
@@ -70,7 +70,7 @@ pub struct LoadedModel<B: InferenceBackend> {
     /// the network
     pub model: AnyModel<B>,
     /// the tokenizer built from the same file (shared with engines)
-    pub tokenizer: std::sync::Arc<GgufTokenizer>,
+    pub tokenizer: std::sync::Arc<Tokenizer>,
     /// file facts
     pub info: ModelInfo,
 }
@@ -151,7 +151,7 @@ pub fn load_gguf_part<B: InferenceBackend>(
 ) -> Result<LoadedModel<B>> {
     let file = GgufFile::open(path)?;
     let info = ModelInfo::from_gguf(path, &file);
-    let tokenizer = GgufTokenizer::from_gguf(&file)?;
+    let tokenizer = Tokenizer::from_gguf(&file)?;
     let rows = arch::embedding_rows(&file)?;
     tokenizer
         .validate_against_model(rows)

@@ -61,9 +61,18 @@ pub enum RuntimeError {
         /// what is wrong
         reason: String,
     },
-    /// The GGUF-level error (tokenizer metadata, dequantization).
+    /// The GGUF-level error (dequantization).
     #[error(transparent)]
     Gguf(#[from] cinder_gguf::GgufError),
+}
+
+impl From<cinder_tokenizer::TokenizerError> for RuntimeError {
+    fn from(e: cinder_tokenizer::TokenizerError) -> Self {
+        match e {
+            cinder_tokenizer::TokenizerError::Invalid(m) => RuntimeError::Tokenizer(m),
+            other => RuntimeError::Tokenizer(other.to_string()),
+        }
+    }
 }
 
 /// Result alias for this crate.

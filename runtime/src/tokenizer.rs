@@ -1,12 +1,11 @@
 //! The tokenizer as generation sees it: encoding with the model's special-token rules, chat templates,
 //! and incremental detokenization that never splits a UTF-8 character.
 
-use cinder_gguf::tokenizer::GgufTokenizer;
 use serde::Serialize;
 
 use crate::error::{Result, RuntimeError};
 
-pub use cinder_gguf::tokenizer::GgufTokenizer as Tokenizer;
+pub use cinder_tokenizer::Tokenizer;
 
 /// One chat message.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -30,7 +29,7 @@ impl ChatMessage {
 /// Renders `messages` with the model's Jinja chat template (as the GGUF's `tokenizer.chat_template`
 /// stores it), with `add_generation_prompt` set so the text ends where the assistant's answer starts.
 pub fn apply_chat_template(
-    tok: &GgufTokenizer,
+    tok: &Tokenizer,
     messages: &[ChatMessage],
     add_generation_prompt: bool,
 ) -> Result<String> {
@@ -88,7 +87,7 @@ const CHATML_TEMPLATE: &str = "{% for m in messages %}<|im_start|>{{ m.role }}\n
 
 /// A built-in template for files that carry none, chosen by the special tokens the vocabulary has
 /// (as llama.cpp falls back to known formats).
-fn fallback_template(tok: &GgufTokenizer) -> Option<&'static str> {
+fn fallback_template(tok: &Tokenizer) -> Option<&'static str> {
     if tok.token_id("<start_of_turn>").is_some() {
         Some(GEMMA_TEMPLATE)
     } else if tok.token_id("<|im_start|>").is_some() {
@@ -123,7 +122,7 @@ impl Detokenizer {
     }
 
     /// Adds a token; returns the new text it completes (possibly empty).
-    pub fn push(&mut self, tok: &GgufTokenizer, id: u32) -> Result<String> {
+    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<String> {
         self.ids.push(id);
         let before = tok
             .decode(&self.ids[self.prefix..self.read], false)
@@ -143,7 +142,7 @@ impl Detokenizer {
     }
 
     /// Whatever is still held back (an incomplete character at the very end is emitted as decoded).
-    pub fn flush(&mut self, tok: &GgufTokenizer) -> Result<String> {
+    pub fn flush(&mut self, tok: &Tokenizer) -> Result<String> {
         let before = tok
             .decode(&self.ids[self.prefix..self.read], false)
             .map_err(|e| RuntimeError::Tokenizer(e.to_string()))?;

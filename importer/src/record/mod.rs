@@ -19,10 +19,10 @@ pub mod pack;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use cinder_gguf::tokenizer::GgufTokenizer;
 use cinder_gguf::writer::GgufWriter;
 use cinder_gguf::{GgmlType, GgufFile, SharedBytes};
 use cinder_runtime::InferenceBackend;
+use cinder_tokenizer::Tokenizer;
 
 use crate::error::{ImportError, Result};
 use crate::gguf_weights::StoredTensor;
@@ -73,7 +73,7 @@ struct Parts {
     /// files to write beside the weights: name -> bytes
     extra: Vec<(String, Vec<u8>)>,
     /// the tokenizer, built from the files that will be written (so a record rebuilds it exactly)
-    tokenizer: GgufTokenizer,
+    tokenizer: Tokenizer,
 }
 
 impl Parts {
@@ -134,7 +134,7 @@ fn gguf_parts(path: &Path, arch: Option<&str>) -> Result<Parts> {
         }
     }
     let tok_gguf = w.to_bytes()?;
-    let tok = GgufTokenizer::from_gguf(&GgufFile::from_bytes(tok_gguf.clone())?)?;
+    let tok = Tokenizer::from_gguf(&GgufFile::from_bytes(tok_gguf.clone())?)?;
     let tok_json = tok
         .hf_tokenizer()?
         .to_string(false)
@@ -203,7 +203,7 @@ fn hf_parts(dir: &Path, arch: Option<&str>) -> Result<Parts> {
         sources,
         weight_sources,
         extra,
-        tokenizer: GgufTokenizer::from_tokenizer_json(dir.join("tokenizer.json"))?,
+        tokenizer: Tokenizer::from_tokenizer_json(dir.join("tokenizer.json"))?,
     })
 }
 
@@ -455,16 +455,16 @@ fn build_from_record<B: InferenceBackend>(
     m: &Manifest,
     device: &B::Device,
     part: &ModelPart,
-) -> Result<(cinder_models::AnyModel<B>, GgufTokenizer)> {
+) -> Result<(cinder_models::AnyModel<B>, Tokenizer)> {
     let config: ArchConfig = {
         let p = dir.join("config.json");
         let text = std::fs::read_to_string(&p).map_err(io_err(&p))?;
         serde_json::from_str(&text).map_err(|e| rec_err(&p, format!("not a model config: {e}")))?
     };
     let tokenizer = if m.files.iter().any(|f| f.path == "tokenizer.gguf") {
-        GgufTokenizer::from_gguf(&GgufFile::open(dir.join("tokenizer.gguf"))?)?
+        Tokenizer::from_gguf(&GgufFile::open(dir.join("tokenizer.gguf"))?)?
     } else {
-        GgufTokenizer::from_tokenizer_json(dir.join("tokenizer.json"))?
+        Tokenizer::from_tokenizer_json(dir.join("tokenizer.json"))?
     };
     tokenizer
         .validate_against_model(config.vocab_size())

@@ -2,8 +2,8 @@
 
 use anyhow::{Context, Result};
 use cinder::gguf::GgufFile;
-use cinder::gguf::tokenizer::GgufTokenizer;
 use cinder::importer::ModelInfo;
+use cinder::tokenizer::Tokenizer;
 use clap::Args;
 
 /// `cinder info MODEL`
@@ -27,7 +27,7 @@ pub fn run(a: &InfoArgs) -> Result<()> {
     let sha = cinder::catalog::sha256_file(&path)?;
     let arch = info.arch.clone();
     let num = |k: &str| f.get(&format!("{arch}.{k}")).map(|v| v.to_string());
-    let tok = GgufTokenizer::from_gguf(&f);
+    let tok = Tokenizer::from_gguf(&f);
     let (tok_kind, vocab) = match &tok {
         Ok(t) => (
             format!("{:?} (pre: {})", t.kind, t.pre),

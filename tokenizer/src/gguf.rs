@@ -1,4 +1,4 @@
-//! Reading `tokenizer.ggml.*` metadata into a [`GgufTokenizer`], with llama.cpp's defaults and fix-ups
+//! Reading `tokenizer.ggml.*` metadata into a [`Tokenizer`], with llama.cpp's defaults and fix-ups
 //! (`llama_vocab::impl::load`): special-token defaults per model kind, auto-detected EOT/EOM/FIM tokens,
 //! the end-of-generation set, and per-model lstrip/rstrip attributes.
 
@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 
 use super::bpe::Bpe;
 use super::vocab::{Pool, Vocab};
-use super::{Engine, GgufTokenizer, TokenizerKind, attr, gpt2_char_byte, hf, pre, tok_err};
-use crate::error::{GgufError, Result};
-use crate::{GgufFile, Value};
+use super::{Engine, Tokenizer, TokenizerKind, attr, gpt2_char_byte, hf, pre, tok_err};
+use crate::error::{Result, TokenizerError};
+use cinder_gguf::{GgufError, GgufFile, Value};
 
 const KEY_MODEL: &str = "tokenizer.ggml.model";
 pub(super) const KEY_PRE: &str = "tokenizer.ggml.pre";
@@ -107,11 +107,11 @@ const FIM_KEYS: [&str; 6] = [
     "tokenizer.ggml.fim_sep_token_id",
 ];
 
-fn bad_key(e: GgufError) -> GgufError {
+fn bad_key(e: GgufError) -> TokenizerError {
     match e {
         GgufError::BadKey { key, reason } => tok_err(format!("{key}: {reason}")),
         GgufError::MissingKey(key) => tok_err(format!("missing {key}")),
-        e => e,
+        e => TokenizerError::Gguf(e),
     }
 }
 
@@ -164,7 +164,7 @@ pub(super) fn opt_array<'a>(
     Ok(Some(items))
 }
 
-pub(super) fn build(f: &GgufFile) -> Result<GgufTokenizer> {
+pub(super) fn build(f: &GgufFile) -> Result<Tokenizer> {
     let model = opt_str(f, KEY_MODEL)?.ok_or_else(|| tok_err(format!("missing {KEY_MODEL}")))?;
     let kind = match model {
         "gpt2" => TokenizerKind::Bpe,
@@ -407,7 +407,7 @@ pub(super) fn build(f: &GgufFile) -> Result<GgufTokenizer> {
             Engine::WordPiece(Box::new(hf::wpm(f, &vocab, unk, &specials)?))
         }
     };
-    Ok(GgufTokenizer {
+    Ok(Tokenizer {
         kind,
         pre: pre_name,
         bos_id: bos,

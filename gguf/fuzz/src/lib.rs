@@ -1,6 +1,6 @@
 //! The body of the `gguf_parse` fuzz target.
 //!
-//! `importer/gguf/tests/mutations.rs` includes this file by path, so the same body is compiled and run
+//! `gguf/tests/mutations.rs` and `tokenizer/tests/mutations.rs` include this file by path, so the same body is compiled and run
 //! on stable in the normal test suite, over the deterministic mutation corpus.
 
 use cinder_gguf::{GgufError, GgufFile, Value};
@@ -75,7 +75,7 @@ pub fn use_tokenizer(file: &GgufFile) -> bool {
     if file.get("tokenizer.ggml.model").is_none() {
         return false;
     }
-    let Ok(tok) = cinder_gguf::tokenizer::GgufTokenizer::from_gguf(file) else {
+    let Ok(tok) = cinder_tokenizer::Tokenizer::from_gguf(file) else {
         return false;
     };
     for text in TEXTS {

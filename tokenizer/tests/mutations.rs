@@ -7,7 +7,7 @@ use cinder_gguf::{GgufFile, Value, ValueType};
 
 // only its tokenizer step is used here (`mutations.rs` runs the whole body)
 #[allow(dead_code)]
-#[path = "../fuzz/src/lib.rs"]
+#[path = "../../gguf/fuzz/src/lib.rs"]
 mod fuzz_body;
 
 /// A small byte-level BPE vocabulary as a GGUF (no tensors): the 256 byte characters, a few merges,
@@ -77,7 +77,7 @@ fn tokenizer_file() -> Vec<u8> {
 fn tokenizer_metadata_mutations() {
     let bytes = tokenizer_file();
     let f = GgufFile::from_bytes(bytes.clone()).unwrap();
-    let tok = cinder_gguf::tokenizer::GgufTokenizer::from_gguf(&f).expect("the intact file builds");
+    let tok = cinder_tokenizer::Tokenizer::from_gguf(&f).expect("the intact file builds");
     assert_eq!(tok.encode(" hi hi", false).unwrap().len(), 2);
     let mut panics = Vec::new();
     let mut built = 0;

@@ -1,3 +1,5 @@
+//! # cinder-tokenizer
+//!
 //! Tokenizers built from GGUF `tokenizer.ggml.*` metadata (or a Hugging Face `tokenizer.json`), matching
 //! llama.cpp's tokenization exactly.
 //!
@@ -23,12 +25,15 @@
 //!      Face pipeline (GGUF stores word starts as `▁word`; they are mapped back to `word` / `##piece`).
 //! 3. BOS/EOS (and SEP for WordPiece) are added when asked and the vocabulary says so.
 //!
-//! [`GgufTokenizer::hf_tokenizer`] writes any of them out as an equivalent Hugging Face tokenizer.
+//! [`Tokenizer::hf_tokenizer`] writes any of them out as an equivalent Hugging Face tokenizer.
 //!
-//! Decoding concatenates each token's bytes ([`GgufTokenizer::token_bytes`]) like llama.cpp's
+//! Decoding concatenates each token's bytes ([`Tokenizer::token_bytes`]) like llama.cpp's
 //! `token_to_piece`, then applies llama.cpp's `clean_spaces` rules where the vocabulary enables them.
 
+#![warn(missing_docs)]
+
 mod bpe;
+mod error;
 mod gguf;
 mod hf;
 mod json;
@@ -40,7 +45,7 @@ use std::sync::OnceLock;
 
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 
-use crate::error::{GgufError, Result};
+pub use error::{Result, TokenizerError};
 use vocab::{Fragment, Vocab};
 
 /// Token attributes, as llama.cpp's `llama_token_attr` bits.
@@ -74,9 +79,9 @@ pub enum TokenizerKind {
     WordPiece,
 }
 
-/// A vocabulary and its tokenizer, built from GGUF metadata ([`GgufTokenizer::from_gguf`]) or from a
-/// Hugging Face `tokenizer.json` ([`GgufTokenizer::from_tokenizer_json`]).
-pub struct GgufTokenizer {
+/// A vocabulary and its tokenizer, built from GGUF metadata ([`Tokenizer::from_gguf`]) or from a
+/// Hugging Face `tokenizer.json` ([`Tokenizer::from_tokenizer_json`]).
+pub struct Tokenizer {
     /// The tokenization algorithm.
     pub kind: TokenizerKind,
     /// `tokenizer.ggml.pre` (the pre-tokenizer name), empty when absent or not applicable.
@@ -114,9 +119,9 @@ pub struct GgufTokenizer {
     engine: Engine,
 }
 
-impl std::fmt::Debug for GgufTokenizer {
+impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GgufTokenizer")
+        f.debug_struct("Tokenizer")
             .field("kind", &self.kind)
             .field("pre", &self.pre)
             .field("vocab_size", &self.vocab_size)
@@ -137,7 +142,7 @@ enum Engine {
     Bpe {
         /// The `Split` regexes of `tokenizer.ggml.pre`, applied in turn.
         pre: Box<PreTokenizerWrapper>,
-        /// Which pre-tokenizer that is (to write it out in [`GgufTokenizer::hf_tokenizer`]).
+        /// Which pre-tokenizer that is (to write it out in [`Tokenizer::hf_tokenizer`]).
         spec: pre::PreSpec,
         merges: Box<bpe::Bpe>,
     },
@@ -152,14 +157,14 @@ enum Engine {
     },
 }
 
-pub(crate) fn tok_err(msg: impl Into<String>) -> GgufError {
-    GgufError::Tokenizer(msg.into())
+pub(crate) fn tok_err(msg: impl Into<String>) -> TokenizerError {
+    TokenizerError::Invalid(msg.into())
 }
 
-impl GgufTokenizer {
+impl Tokenizer {
     /// Builds the tokenizer from a GGUF file's `tokenizer.ggml.*` metadata. Every missing or ill-typed key,
-    /// length mismatch, bad merge line or out-of-range special id is a [`GgufError::Tokenizer`] naming it.
-    pub fn from_gguf(file: &crate::GgufFile) -> Result<Self> {
+    /// length mismatch, bad merge line or out-of-range special id is a [`TokenizerError::Invalid`] naming it.
+    pub fn from_gguf(file: &cinder_gguf::GgufFile) -> Result<Self> {
         gguf::build(file)
     }
 
@@ -235,7 +240,7 @@ impl GgufTokenizer {
 
     /// A Hugging Face tokenizer equivalent to this one (added tokens, post-processor and decoder set
     /// up as llama.cpp would), e.g. to write a `tokenizer.json`. For BPE and WordPiece it tokenizes
-    /// exactly as [`GgufTokenizer::tokenize`] with `parse_special`; for SentencePiece it is Hugging
+    /// exactly as [`Tokenizer::tokenize`] with `parse_special`; for SentencePiece it is Hugging
     /// Face's approximation (BPE whose merges follow the scores, as `LlamaTokenizerFast`). Built on
     /// each call from the vocabulary, so the tokenizer does not hold a second copy of it.
     pub fn hf_tokenizer(&self) -> Result<tokenizers::Tokenizer> {
@@ -314,7 +319,7 @@ impl GgufTokenizer {
             .is_some_and(|a| a & attr::CONTROL != 0)
     }
 
-    /// Whether generating `id` ends generation (see [`GgufTokenizer::eot_ids`]).
+    /// Whether generating `id` ends generation (see [`Tokenizer::eot_ids`]).
     pub fn is_eog(&self, id: u32) -> bool {
         self.eot_ids.binary_search(&id).is_ok()
     }
@@ -547,7 +552,7 @@ mod tests {
     #[test]
     fn tokenizer_is_send_and_sync() {
         fn check<T: Send + Sync>() {}
-        check::<GgufTokenizer>();
+        check::<Tokenizer>();
     }
 
     #[test]

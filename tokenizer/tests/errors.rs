@@ -1,9 +1,10 @@
 //! Tokenizer construction from small hand-made GGUF files: every bad key is refused with a
-//! `GgufError::Tokenizer` naming it, and the llama.cpp behaviours that the test vectors do not reach
+//! `TokenizerError::Invalid` naming it, and the llama.cpp behaviours that the test vectors do not reach
 //! (SentencePiece merge order, byte fallback, special-token partition with rstrip, BOS/EOS) hold.
 
-use cinder_gguf::tokenizer::{GgufTokenizer, TokenizerKind};
-use cinder_gguf::{GgufError, GgufFile};
+use cinder_gguf::GgufFile;
+use cinder_tokenizer::TokenizerError;
+use cinder_tokenizer::{Tokenizer, TokenizerKind};
 
 /// A metadata value for the tiny writer below.
 #[derive(Clone, Debug)]
@@ -134,14 +135,14 @@ fn with(
     kvs
 }
 
-fn build(kvs: &[(&str, V)]) -> Result<GgufTokenizer, GgufError> {
-    GgufTokenizer::from_gguf(&gguf(kvs))
+fn build(kvs: &[(&str, V)]) -> Result<Tokenizer, TokenizerError> {
+    Tokenizer::from_gguf(&gguf(kvs))
 }
 
 /// Asserts a `Tokenizer` error whose message contains `needle`.
 fn refused(kvs: &[(&str, V)], needle: &str) {
     match build(kvs) {
-        Err(GgufError::Tokenizer(msg)) => {
+        Err(TokenizerError::Invalid(msg)) => {
             assert!(msg.contains(needle), "message {msg:?} lacks {needle:?}")
         }
         Err(e) => panic!("expected a tokenizer error about {needle:?}, got {e}"),
@@ -490,7 +491,7 @@ fn random_bpe_vocabularies_never_panic() {
         }
         let tok = match build(&kvs) {
             Ok(t) => t,
-            Err(GgufError::Tokenizer(msg)) => {
+            Err(TokenizerError::Invalid(msg)) => {
                 if std::env::var_os("SHOW_REFUSALS").is_some() {
                     eprintln!("{msg}");
                 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cinder_gguf::GgufFile;
-use cinder_gguf::tokenizer::{GgufTokenizer, TokenizerKind};
+use cinder_tokenizer::{Tokenizer, TokenizerKind};
 
 /// The catalog's copy of a model file (pulled and sha256-verified on first use), or a file in
 /// `$CINDER_MODEL_DIR` when that is set.
@@ -25,10 +25,10 @@ fn model(file: &str) -> Option<PathBuf> {
     }
 }
 
-fn load(path: &Path) -> GgufTokenizer {
+fn load(path: &Path) -> Tokenizer {
     let t0 = Instant::now();
     let file = GgufFile::open(path).expect("open model");
-    let tok = GgufTokenizer::from_gguf(&file).expect("tokenizer");
+    let tok = Tokenizer::from_gguf(&file).expect("tokenizer");
     eprintln!(
         "{}: tokenizer built in {:.2?}",
         path.display(),
@@ -66,7 +66,7 @@ fn references(name: &str) -> Vec<(String, Vec<u32>, Vec<u32>, String)> {
         .collect()
 }
 
-fn check_references(tok: &GgufTokenizer, name: &str) {
+fn check_references(tok: &Tokenizer, name: &str) {
     let refs = references(name);
     assert!(refs.len() >= 3);
     for (prompt, want, greedy, text) in refs {

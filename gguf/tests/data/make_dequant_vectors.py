@@ -3,7 +3,7 @@
 
 Run from anywhere (needs numpy and the `gguf` Python package, version 0.19 was used):
 
-    python3 importer/gguf/tests/data/make_dequant_vectors.py
+    python3 gguf/tests/data/make_dequant_vectors.py
 
 It is deterministic (fixed seed), so re-running it rewrites byte-identical files:
 

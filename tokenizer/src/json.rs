@@ -1,4 +1,4 @@
-//! A [`GgufTokenizer`] from a Hugging Face `tokenizer.json` (and, when it sits beside it,
+//! A [`Tokenizer`] from a Hugging Face `tokenizer.json` (and, when it sits beside it,
 //! `tokenizer_config.json` for BOS/EOS names and the chat template). Encoding and decoding go through the
 //! Hugging Face tokenizer itself; the metadata fields are filled in from its JSON.
 
@@ -9,10 +9,8 @@ use std::sync::OnceLock;
 use serde_json::Value as Json;
 
 use super::vocab::{Pool, Vocab};
-use super::{
-    Engine, GgufTokenizer, TokenizerKind, attr, gpt2_char_byte, parse_byte_token, tok_err,
-};
-use crate::error::{GgufError, Result};
+use super::{Engine, Tokenizer, TokenizerKind, attr, gpt2_char_byte, parse_byte_token, tok_err};
+use crate::error::{Result, TokenizerError};
 
 /// Texts that end generation, as for GGUF vocabularies.
 const EOG_TEXTS: &[&str] = &[
@@ -142,8 +140,8 @@ fn pool<'a>(items: impl ExactSizeIterator<Item = &'a [u8]>) -> Result<Pool> {
     Ok(p)
 }
 
-pub(super) fn build(path: &Path) -> Result<GgufTokenizer> {
-    let io = |source| GgufError::Io {
+pub(super) fn build(path: &Path) -> Result<Tokenizer> {
+    let io = |source| TokenizerError::Io {
         path: path.display().to_string(),
         source,
     };
@@ -281,7 +279,7 @@ pub(super) fn build(path: &Path) -> Result<GgufTokenizer> {
         pool(pieces.iter().map(Vec::as_slice))?,
         partition,
     );
-    Ok(GgufTokenizer {
+    Ok(Tokenizer {
         kind,
         pre: String::new(),
         bos_id,

@@ -1,8 +1,6 @@
-//! The Hugging Face tokenizer built beside a GGUF vocabulary ([`GgufTokenizer::tokenizer`]): byte-level
+//! The Hugging Face tokenizer built beside a GGUF vocabulary ([`crate::Tokenizer::hf_tokenizer`]): byte-level
 //! BPE with the pre-tokenizer's regexes, WordPiece with BERT normalization, and SentencePiece approximated as
 //! Hugging Face's `LlamaTokenizerFast` does; added tokens, post-processor and decoder as llama.cpp would.
-//!
-//! [`GgufTokenizer::tokenizer`]: super::GgufTokenizer::tokenizer
 
 use tokenizers::decoders::DecoderWrapper;
 use tokenizers::models::bpe::{BPE, Vocab as HfVocab};
@@ -17,8 +15,8 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior, Tokenizer};
 use super::bpe::Bpe;
 use super::gguf::{KEY_PRE, opt_bool};
 use super::{Vocab, attr, pre, tok_err};
-use crate::GgufFile;
-use crate::error::{GgufError, Result};
+use crate::error::{Result, TokenizerError};
+use cinder_gguf::GgufFile;
 
 /// BOS/EOS/SEP that the post-processor adds (only those the vocabulary adds).
 pub(super) struct Specials {
@@ -27,7 +25,7 @@ pub(super) struct Specials {
     pub sep: Option<u32>,
 }
 
-fn hf(what: &str) -> impl Fn(tokenizers::Error) -> GgufError + '_ {
+fn hf(what: &str) -> impl Fn(tokenizers::Error) -> TokenizerError + '_ {
     move |e| tok_err(format!("building the {what} tokenizer: {e}"))
 }
 
@@ -149,7 +147,7 @@ pub(super) fn bpe(
 }
 
 /// SentencePiece approximated as Hugging Face does (`LlamaTokenizerFast`): BPE whose merge ranks follow the
-/// merged piece's score, with byte fallback. [`GgufTokenizer::encode`] does not use it.
+/// merged piece's score, with byte fallback. [`Tokenizer::encode`] does not use it.
 pub(super) fn spm(
     vocab: &Vocab,
     unk: Option<u32>,

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use cinder_gguf::GgufFile;
-use cinder_gguf::tokenizer::{GgufTokenizer, TokenizerKind};
+use cinder_tokenizer::{Tokenizer, TokenizerKind};
 
 fn data_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/vocab")
@@ -49,10 +49,10 @@ fn read_cases(name: &str) -> Vec<(String, Vec<u32>)> {
     strings.into_iter().zip(ids).collect()
 }
 
-fn load(name: &str) -> GgufTokenizer {
+fn load(name: &str) -> Tokenizer {
     let path = data_dir().join(format!("ggml-vocab-{name}.gguf"));
     let file = GgufFile::open(&path).expect("open vocab gguf");
-    GgufTokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{name}: {e}"))
+    Tokenizer::from_gguf(&file).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// Encodes every test string; returns (passed, total) and prints each failure. Also checks that the
@@ -88,7 +88,7 @@ fn run(name: &str) -> (usize, usize) {
 }
 
 /// Decoding llama.cpp's ids gives the text back, as far as the vocabulary allows.
-fn round_trip(name: &str, tok: &GgufTokenizer, text: &str, ids: &[u32]) {
+fn round_trip(name: &str, tok: &Tokenizer, text: &str, ids: &[u32]) {
     let decoded = tok.decode(ids, false).expect("decode");
     match tok.kind {
         TokenizerKind::Bpe => {

@@ -17,8 +17,8 @@ use std::collections::BinaryHeap;
 use super::gguf::KEY_MERGES;
 use super::vocab::Vocab;
 use super::{gpt2_byte_char, tok_err};
-use crate::Value;
 use crate::error::Result;
+use cinder_gguf::Value;
 
 /// One merge rule: the pair `(left << 32) | right`, its rank (lower merges first) and the result token.
 #[derive(Debug, Clone, Copy)]

@@ -1,16 +1,16 @@
-//! `GgufTokenizer::from_tokenizer_json`: the Hugging Face tokenizers built from the llama.cpp test
+//! `Tokenizer::from_tokenizer_json`: the Hugging Face tokenizers built from the llama.cpp test
 //! vocabularies are saved as `tokenizer.json` (with a `tokenizer_config.json` beside them), loaded back, and
 //! must still reproduce llama.cpp's test vectors, with BOS/EOS/SEP read from the post-processor.
 
 use std::path::Path;
 
 use cinder_gguf::GgufFile;
-use cinder_gguf::tokenizer::{GgufTokenizer, TokenizerKind};
+use cinder_tokenizer::{Tokenizer, TokenizerKind};
 
-fn vocab(name: &str) -> (GgufTokenizer, Vec<(String, Vec<u32>)>) {
+fn vocab(name: &str) -> (Tokenizer, Vec<(String, Vec<u32>)>) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/vocab");
     let base = dir.join(format!("ggml-vocab-{name}.gguf"));
-    let tok = GgufTokenizer::from_gguf(&GgufFile::open(&base).unwrap()).unwrap();
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&base).unwrap()).unwrap();
     let inp = std::fs::read_to_string(base.with_extension("gguf.inp")).unwrap();
     let out = std::fs::read_to_string(base.with_extension("gguf.out")).unwrap();
     let mut strings: Vec<String> = inp
@@ -28,12 +28,12 @@ fn vocab(name: &str) -> (GgufTokenizer, Vec<(String, Vec<u32>)>) {
     (tok, cases)
 }
 
-fn save_and_load(tok: &GgufTokenizer, config: &str) -> (tempfile::TempDir, GgufTokenizer) {
+fn save_and_load(tok: &Tokenizer, config: &str) -> (tempfile::TempDir, Tokenizer) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("tokenizer.json");
     tok.hf_tokenizer().unwrap().save(&path, false).unwrap();
     std::fs::write(dir.path().join("tokenizer_config.json"), config).unwrap();
-    let loaded = GgufTokenizer::from_tokenizer_json(&path).unwrap();
+    let loaded = Tokenizer::from_tokenizer_json(&path).unwrap();
     (dir, loaded)
 }
 
@@ -97,7 +97,7 @@ fn json_special_tokens_and_post_processor() {
     );
 
     let missing = tempfile::tempdir().unwrap();
-    assert!(GgufTokenizer::from_tokenizer_json(missing.path().join("tokenizer.json")).is_err());
+    assert!(Tokenizer::from_tokenizer_json(missing.path().join("tokenizer.json")).is_err());
     std::fs::write(missing.path().join("tokenizer.json"), "{\"not\": 1}").unwrap();
-    assert!(GgufTokenizer::from_tokenizer_json(missing.path().join("tokenizer.json")).is_err());
+    assert!(Tokenizer::from_tokenizer_json(missing.path().join("tokenizer.json")).is_err());
 }

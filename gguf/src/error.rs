@@ -152,9 +152,6 @@ pub enum GgufError {
         /// what is wrong
         reason: String,
     },
-    /// The tokenizer metadata is missing, inconsistent, or of an unsupported kind.
-    #[error("tokenizer: {0}")]
-    Tokenizer(String),
 }
 
 /// Result alias for this crate.

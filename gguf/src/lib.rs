@@ -1,7 +1,8 @@
 //! # cinder-gguf
 //!
 //! A validating reader for GGUF (v2, v3), the model format of llama.cpp, with scalar reference
-//! dequantization and tokenizer construction from `tokenizer.ggml.*` metadata.
+//! (de)quantization of the ggml block formats and a GGUF writer. The tokenizers built from
+//! `tokenizer.ggml.*` metadata live beside it, in `cinder-tokenizer`.
 //!
 //! Everything in a file is checked before it is used: counts against the bytes left, string lengths,
 //! tensor offsets inside the data section, dims × type size against the bytes, no overlaps. A bad file
@@ -14,7 +15,6 @@ mod error;
 mod kquant;
 pub mod quantize;
 mod reader;
-pub mod tokenizer;
 mod types;
 pub mod writer;
 
