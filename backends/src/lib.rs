@@ -3,6 +3,9 @@
 //! The only crate that names concrete Burn backends. Cargo features (`flex` default, `ndarray`, `candle`,
 //! `wgpu`, `cuda`) decide which are compiled in; everything else in Cinder is generic over
 //! [`burn::tensor::backend::Backend`] and reaches a concrete backend only through [`dispatch`].
+//!
+//! [`InferenceBackend`] (in `backend.rs`) is Burn's `Backend` plus Cinder's op groups, one module
+//! each: [`quant`], [`attention`], [`fused`], [`encoder`], [`memory`].
 #![warn(missing_docs)]
 
 use std::fmt;
@@ -10,17 +13,22 @@ use std::str::FromStr;
 
 pub mod act;
 pub mod attention;
-#[cfg(feature = "candle")]
-pub mod candle_quant;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub mod cube_quant;
+mod backend;
 pub mod encoder;
+pub mod fused;
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+pub mod host;
 pub mod memory;
 pub mod quant;
 
+pub use attention::KvOps;
+pub use backend::InferenceBackend;
 pub use burn::tensor::backend::Backend;
 pub use cinder_kernels as kernels;
-pub use quant::{InferenceBackend, QWeight};
+pub use encoder::EncoderOps;
+pub use fused::FusedOps;
+pub use memory::MemoryOps;
+pub use quant::{QWeight, QuantOps};
 
 /// Errors choosing or starting a backend.
 #[derive(Debug, thiserror::Error)]

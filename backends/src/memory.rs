@@ -1,5 +1,5 @@
-//! How much memory a backend's device has, total and free: the KV cache budget defaults from it
-//! ([`crate::InferenceBackend::device_memory`]).
+//! Op group: how much memory a backend's device has, total and free ([`MemoryOps`]). The KV cache
+//! budget defaults from it, and allocations are checked against it before they are made.
 //!
 //! - CPU backends (and wgpu on a CPU adapter such as Mesa lavapipe): the host's `MemTotal` /
 //!   `MemAvailable`.
@@ -8,6 +8,16 @@
 //!   the extension, free is the heap size less what Cinder's own allocator has reserved.
 //! - CUDA: `cuMemGetInfo` on the device's primary context (the one Burn's CUDA runtime uses).
 //! - Anything else (wgpu on Metal or DX12): unknown, and the budget falls back to a fixed default.
+
+use burn::tensor::backend::Backend;
+
+/// The device-memory query. One of the op groups that make up [`crate::InferenceBackend`].
+pub trait MemoryOps: Backend {
+    /// Total and free memory of the device; `None` where the API does not tell.
+    fn device_memory(_device: &Self::Device) -> Option<DeviceMemory> {
+        None
+    }
+}
 
 /// A device's memory in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,13 +63,43 @@ pub fn check_fits(
 /// candle runs on the host.
 #[allow(deprecated)] // burn-candle is deprecated upstream; still a backend users pick
 #[cfg(feature = "candle")]
-pub(crate) fn candle_memory(_device: &burn_candle::CandleDevice) -> Option<DeviceMemory> {
-    host_memory()
+impl MemoryOps for crate::types::Candle {
+    fn device_memory(_device: &Self::Device) -> Option<DeviceMemory> {
+        host_memory()
+    }
+}
+
+#[cfg(feature = "flex")]
+impl MemoryOps for crate::types::Flex {
+    fn device_memory(_device: &Self::Device) -> Option<DeviceMemory> {
+        host_memory()
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl MemoryOps for crate::types::NdArray {
+    fn device_memory(_device: &Self::Device) -> Option<DeviceMemory> {
+        host_memory()
+    }
+}
+
+#[cfg(feature = "wgpu")]
+impl MemoryOps for crate::types::Wgpu {
+    fn device_memory(device: &Self::Device) -> Option<DeviceMemory> {
+        wgpu_memory(device)
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl MemoryOps for crate::types::Cuda {
+    fn device_memory(device: &Self::Device) -> Option<DeviceMemory> {
+        cuda_memory(device)
+    }
 }
 
 /// The memory of the adapter burn-wgpu runs `device` on.
 #[cfg(feature = "wgpu")]
-pub(crate) fn wgpu_memory(device: &burn_wgpu::WgpuDevice) -> Option<DeviceMemory> {
+fn wgpu_memory(device: &burn_wgpu::WgpuDevice) -> Option<DeviceMemory> {
     use burn_wgpu::WgpuDevice as D;
     use wgpu_api::DeviceType as T;
 
@@ -162,7 +202,7 @@ fn pollster_block_on<F: std::future::Future>(f: F) -> F::Output {
 
 /// Free and total memory of a CUDA device.
 #[cfg(feature = "cuda")]
-pub(crate) fn cuda_memory(device: &burn_cuda::CudaDevice) -> Option<DeviceMemory> {
+fn cuda_memory(device: &burn_cuda::CudaDevice) -> Option<DeviceMemory> {
     let ctx = match cudarc::driver::CudaContext::new(device.index) {
         Ok(c) => c,
         Err(e) => {

@@ -335,7 +335,7 @@ impl<B: InferenceBackend> Bert<B> {
     /// `ids`, `type_ids` `[n]`, `lengths` the sequences' lengths in order (each in
     /// `1..=max_position_embeddings`, summing to `n`) -> `[n, hidden]`. Every per-token layer
     /// (projections, feed-forward, norms) runs on the `n` real tokens only, and attention stays
-    /// within each sequence ([`InferenceBackend::encoder_attention_packed`]). Same values as the
+    /// within each sequence ([`EncoderOps::encoder_attention_packed`](cinder_runtime::InferenceBackend)). Same values as the
     /// padded form's real rows.
     pub fn forward_packed(
         &self,

@@ -218,7 +218,7 @@ pub fn project<B: InferenceBackend, const D: usize, const N: usize>(
     std::array::from_fn(|_| y.next().expect("one output per layer"))
 }
 
-/// SwiGLU's gate `silu(g) · u`, fused on the host backends ([`InferenceBackend::silu_mul`]).
+/// SwiGLU's gate `silu(g) · u`, fused on the host backends ([`FusedOps::silu_mul`](cinder_runtime::InferenceBackend)).
 pub fn swiglu<B: InferenceBackend, const D: usize>(
     g: Tensor<B, D>,
     u: Tensor<B, D>,
@@ -227,7 +227,7 @@ pub fn swiglu<B: InferenceBackend, const D: usize>(
 }
 
 /// GEGLU's gate `gelu(g) · u` (tanh GELU as ggml's CPU op computes it, f16 in and out), fused on
-/// the host backends ([`InferenceBackend::gelu_mul`]).
+/// the host backends ([`FusedOps::gelu_mul`](cinder_runtime::InferenceBackend)).
 pub fn geglu<B: InferenceBackend, const D: usize>(
     g: Tensor<B, D>,
     u: Tensor<B, D>,

@@ -2,7 +2,7 @@
 //!
 //! Rule: quantization belongs to the linear layer, never to the model. [`QLinear`] holds a weight in the
 //! checkpoint's own format (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, K-quants; loaded zero-copy
-//! from the mapped GGUF file) prepared by the backend ([`InferenceBackend::qw_prepare`]), and a model
+//! from the mapped GGUF file) prepared by the backend ([`QuantOps::qw_prepare`](cinder_backends::QuantOps::qw_prepare)), and a model
 //! calls [`QLinear::forward`] without knowing what it holds. On the CPU backends the product runs on
 //! the blocks themselves (`cinder-kernels`); elsewhere through the backend's kernel or the generic
 //! fallback.
@@ -129,7 +129,7 @@ impl<B: InferenceBackend> QLinear<B> {
     }
 
     /// `[layer.forward(x) for layer in layers]`, with the products of layers that share the input
-    /// computed together ([`InferenceBackend::qw_matmul_many`]: one activation quantization and
+    /// computed together ([`QuantOps::qw_matmul_many`](cinder_backends::QuantOps::qw_matmul_many): one activation quantization and
     /// one parallel section on the CPU kernels). Every layer must take `x`'s width.
     pub fn forward_many<const D: usize>(layers: &[&Self], x: Tensor<B, D>) -> Vec<Tensor<B, D>> {
         let dims = x.dims();

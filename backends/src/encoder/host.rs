@@ -1,22 +1,12 @@
-//! Encoder operations (BERT-style sentence embedding): layer norm, exact GELU and bidirectional
-//! attention with a key-padding mask, as [`crate::InferenceBackend`] methods.
-//!
-//! The generic versions here are plain Burn ops and serve every backend. The host backends (flex,
-//! ndarray) replace them with fused loops run in parallel over rows (rayon): in Burn's generic form
-//! these element-wise and reduction ops run on one thread, and on a 2-core machine that left a
-//! sentence-embedding batch keeping only ~1.2 cores busy. The fused attention also skips the
-//! head split/merge copies and the padded keys.
-//!
-//! The packed form ([`generic_encoder_attention_packed`], [`host_encoder_attention_packed`])
-//! takes a batch with its padding removed: the sequences' tokens back to back, `[n, width]`, and
-//! their lengths. Every per-token layer then runs on the `n` real tokens only (a batch of 32
-//! sentences padded to its longest is about half padding).
+//! The encoder operations on the CPU backends (flex, ndarray): fused loops, rows in parallel, and
+//! attention as two small gemms per (sequence, head) read in place.
 
-use burn::tensor::activation::{gelu, softmax};
 use burn::tensor::backend::Backend;
-use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
+use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 
+use super::EncoderOps;
+use crate::host::host_values;
 use cinder_kernels::attn::dot;
 
 /// `fn name(args) body`, compiled three times — plain, AVX2 and AVX-512F — and dispatched at run
@@ -51,107 +41,6 @@ macro_rules! widest_simd {
             plain($($a),*)
         }
     };
-}
-
-/// Layer norm over the last axis: `(x - mean) / sqrt(var + eps) * w + b`; `w`, `b` `[d]`.
-pub fn generic_layer_norm<B: Backend, const D: usize>(
-    x: Tensor<B, D>,
-    w: Tensor<B, 1>,
-    b: Tensor<B, 1>,
-    eps: f64,
-) -> Tensor<B, D> {
-    let mean = x.clone().mean_dim(D - 1);
-    let centered = x - mean;
-    let var = centered.clone().powi_scalar(2).mean_dim(D - 1);
-    let inv = var.add_scalar(eps).sqrt().recip();
-    centered * inv * w.unsqueeze::<D>() + b.unsqueeze::<D>()
-}
-
-/// Exact GELU, `x·Φ(x)` with the error function.
-pub fn generic_gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    gelu(x)
-}
-
-/// Bidirectional multi-head attention. `q`, `k`, `v` `[b, t, heads·hd]` (heads side by side, as
-/// the projections produce them), `mask` `[b, t]` (1 token, 0 padding: padded keys get no
-/// weight) -> `[b, t, heads·hd]`, scores scaled by `1/sqrt(hd)`.
-pub fn generic_encoder_attention<B: Backend>(
-    q: Tensor<B, 3>,
-    k: Tensor<B, 3>,
-    v: Tensor<B, 3>,
-    mask: Tensor<B, 2>,
-    heads: usize,
-) -> Tensor<B, 3> {
-    let [b, t, width] = q.dims();
-    let hd = width / heads;
-    let split = |x: Tensor<B, 3>| x.reshape([b, t, heads, hd]).swap_dims(1, 2);
-    // [b, 1, 1, t]: 0 for tokens, -1e9 for padding (exp() of it underflows to 0 after the max shift).
-    let bias = mask
-        .neg()
-        .add_scalar(1.0)
-        .mul_scalar(-1.0e9)
-        .reshape([b, 1, 1, t]);
-    let scale = 1.0 / (hd as f64).sqrt();
-    let scores = split(q).matmul(split(k).swap_dims(2, 3)).mul_scalar(scale) + bias;
-    softmax(scores, 3)
-        .matmul(split(v))
-        .swap_dims(1, 2)
-        .reshape([b, t, width])
-}
-
-/// Row `s·t + i` of the padded `[b·t, ..]` layout for each real token `i < lengths[s]`, in order,
-/// and the `[b·t]` key mask (1 token, 0 padding), with `t` the longest length.
-pub fn packed_index(lengths: &[usize]) -> (Vec<i64>, Vec<f32>, usize) {
-    let t = lengths.iter().copied().max().unwrap_or(0);
-    let mut idx = Vec::with_capacity(lengths.iter().sum());
-    let mut mask = vec![0.0f32; lengths.len() * t];
-    for (s, &len) in lengths.iter().enumerate() {
-        for i in 0..len {
-            idx.push((s * t + i) as i64);
-            mask[s * t + i] = 1.0;
-        }
-    }
-    (idx, mask, t)
-}
-
-/// [`generic_encoder_attention`] on a packed batch: `q`, `k`, `v` `[n, heads·hd]` hold the
-/// sequences' tokens back to back (`lengths` sum to `n`); each token attends to its own sequence.
-/// Scatters to the padded layout, attends with the mask, gathers back -> `[n, heads·hd]`.
-pub fn generic_encoder_attention_packed<B: Backend>(
-    q: Tensor<B, 2>,
-    k: Tensor<B, 2>,
-    v: Tensor<B, 2>,
-    lengths: &[usize],
-    heads: usize,
-) -> Tensor<B, 2> {
-    let [n, width] = q.dims();
-    let device = q.device();
-    let (idx, mask, t) = packed_index(lengths);
-    assert_eq!(
-        idx.len(),
-        n,
-        "encoder_attention_packed: lengths do not sum to the rows"
-    );
-    let b = lengths.len();
-    let idx = Tensor::<B, 1, Int>::from_data(TensorData::new(idx, [n]), &device);
-    let mask = Tensor::<B, 2>::from_data(TensorData::new(mask, [b, t]), &device);
-    let pad = |x: Tensor<B, 2>| {
-        Tensor::<B, 2>::zeros([b * t, width], &device)
-            .select_assign(0, idx.clone(), x, IndexingUpdateOp::Add)
-            .reshape([b, t, width])
-    };
-    generic_encoder_attention(pad(q), pad(k), pad(v), mask, heads)
-        .reshape([b * t, width])
-        .select(0, idx)
-}
-
-/// A tensor's values on the host as f32 (the host backends' ops and kernels read them from here).
-pub(crate) fn host_values<B: Backend, const D: usize>(x: Tensor<B, D>) -> Vec<f32> {
-    // `convert` is a no-op for f32 data and `into_vec` takes the buffer without copying it.
-    x.into_data()
-        .convert::<f32>()
-        .into_vec::<f32>()
-        .unwrap_or_default()
 }
 
 /// Rows per rayon task: a few tasks per thread, each at least ~16 K values of work.
@@ -279,71 +168,6 @@ widest_simd! {
     }
 }
 
-/// GELU (tanh approximation) as ggml's CPU op computes it, with Burn ops: the input rounded to f16,
-/// the formula in f32 in ggml's operation order, the result rounded to f16, `x ≤ −10 → 0` and
-/// `x ≥ 10 → x` (ggml reads a precomputed f16 table; the host backends do too).
-pub fn generic_gelu_tanh_f16<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    const COEF_A: f32 = 0.044_715;
-    let xh = crate::act::round_to_f16(x.clone());
-    // 0.5·x·(1 + tanh(√(2/π)·x·(1 + a·x·x))), evaluated left to right as C does
-    let poly = xh
-        .clone()
-        .mul_scalar(COEF_A)
-        .mul(xh.clone())
-        .add_scalar(1.0);
-    let inner = xh.clone().mul_scalar(SQRT_2_OVER_PI).mul(poly);
-    let g = crate::act::round_to_f16(xh.mul_scalar(0.5) * inner.tanh().add_scalar(1.0));
-    let low = x.clone().lower_equal_elem(-10.0);
-    let high = x.clone().greater_equal_elem(10.0);
-    g.mask_fill(low, 0.0).mask_where(high, x)
-}
-
-/// A gated product `f(g, u)` of two same-shape tensors on the host, with a fused kernel.
-fn host_gate<B: Backend, const D: usize>(
-    g: Tensor<B, D>,
-    u: Tensor<B, D>,
-    what: &str,
-    kernel: fn(&mut [f32], &[f32]),
-) -> Tensor<B, D> {
-    let shape = g.dims();
-    assert_eq!(shape, u.dims(), "{what}: gate and up shapes differ");
-    let device = g.device();
-    let mut v = host_values(g);
-    let u = host_values(u);
-    kernel(&mut v, &u);
-    Tensor::from_data(TensorData::new(v, shape), &device)
-}
-
-/// [`crate::InferenceBackend::gelu_mul`] on the host: ggml's f16 GELU table, one fused pass.
-pub fn host_gelu_mul<B: Backend, const D: usize>(g: Tensor<B, D>, u: Tensor<B, D>) -> Tensor<B, D> {
-    host_gate(g, u, "gelu_mul", cinder_kernels::elementwise::gelu_mul)
-}
-
-/// [`crate::InferenceBackend::silu_mul`] on the host: one fused pass, parallel over chunks.
-pub fn host_silu_mul<B: Backend, const D: usize>(g: Tensor<B, D>, u: Tensor<B, D>) -> Tensor<B, D> {
-    host_gate(g, u, "silu_mul", cinder_kernels::elementwise::silu_mul)
-}
-
-/// [`crate::InferenceBackend::rms_norm`] on the host (ggml's arithmetic), rows in parallel.
-pub fn host_rms_norm<B: Backend, const D: usize>(
-    x: Tensor<B, D>,
-    w: Tensor<B, 1>,
-    eps: f64,
-) -> Tensor<B, D> {
-    let shape = x.dims();
-    assert_eq!(
-        shape[D - 1],
-        w.dims()[0],
-        "rms_norm: weight length differs from the last axis"
-    );
-    let device = x.device();
-    let mut v = host_values(x);
-    let w = host_values(w);
-    cinder_kernels::elementwise::rms_norm(&mut v, &w, eps as f32);
-    Tensor::from_data(TensorData::new(v, shape), &device)
-}
-
 widest_simd! {
     /// `row = softmax(row · scale)` in place (all zeros for an empty row's sum).
     fn softmax_row(row: &mut [f32], scale: f32) {
@@ -432,7 +256,7 @@ fn attend_head(
     small_gemm((rows, hd, keys), out, (&p, 0, keys, 1), (v, at, width, 1));
 }
 
-/// [`crate::InferenceBackend::encoder_attention_packed`] on the host: one task per (sequence,
+/// [`EncoderOps::encoder_attention_packed`] on the host: one task per (sequence,
 /// head), each a pair of small gemms over that sequence's rows of the packed `[n, width]` buffers.
 pub fn host_encoder_attention_packed<B: Backend>(
     q: Tensor<B, 2>,
@@ -554,9 +378,55 @@ pub fn host_encoder_attention<B: Backend>(
     Tensor::from_data(TensorData::new(ctx, [b, t, width]), &device)
 }
 
+/// `impl EncoderOps` for a host backend type.
+macro_rules! host_encoder_ops {
+    ($t:ty) => {
+        impl EncoderOps for $t {
+            fn encoder_layer_norm<const D: usize>(
+                x: Tensor<Self, D>,
+                w: Tensor<Self, 1>,
+                b: Tensor<Self, 1>,
+                eps: f64,
+            ) -> Tensor<Self, D> {
+                host_layer_norm(x, w, b, eps)
+            }
+            fn encoder_gelu<const D: usize>(x: Tensor<Self, D>) -> Tensor<Self, D> {
+                host_gelu(x)
+            }
+            fn encoder_attention(
+                q: Tensor<Self, 3>,
+                k: Tensor<Self, 3>,
+                v: Tensor<Self, 3>,
+                mask: Tensor<Self, 2>,
+                heads: usize,
+            ) -> Tensor<Self, 3> {
+                host_encoder_attention(q, k, v, mask, heads)
+            }
+            fn encoder_attention_packed(
+                q: Tensor<Self, 2>,
+                k: Tensor<Self, 2>,
+                v: Tensor<Self, 2>,
+                lengths: &[usize],
+                heads: usize,
+            ) -> Tensor<Self, 2> {
+                host_encoder_attention_packed(q, k, v, lengths, heads)
+            }
+        }
+    };
+}
+
+#[cfg(feature = "flex")]
+host_encoder_ops!(crate::types::Flex);
+#[cfg(feature = "ndarray")]
+host_encoder_ops!(crate::types::NdArray);
+
 #[cfg(all(test, feature = "flex"))]
 mod tests {
     use super::*;
+    use crate::encoder::{
+        generic_encoder_attention, generic_encoder_attention_packed, generic_gelu,
+        generic_layer_norm, packed_index,
+    };
     use crate::types::Flex;
 
     fn data(n: usize, seed: u32) -> Vec<f32> {

@@ -26,9 +26,9 @@ use candle_core::Module;
 use candle_core::quantized::{GgmlDType, QMatMul, ggml_file::qtensor_from_ggml};
 use cinder_gguf::GgmlType;
 
+use super::{QWeight, QuantOps};
 use crate::BackendError;
 use crate::act::ActQuant;
-use crate::quant::QWeight;
 use crate::types::Candle;
 
 /// A weight prepared for candle's quantized matmul.
@@ -73,7 +73,7 @@ fn candle_err(name: &str, e: candle_core::Error) -> BackendError {
     }
 }
 
-/// [`crate::InferenceBackend::qw_prepare`] for candle.
+/// [`QuantOps::qw_prepare`] for candle.
 pub fn candle_prepare(
     name: &str,
     w: QWeight,
@@ -180,10 +180,30 @@ fn host_tensor(
 /// Rows `ids` of `W` as f32 `[len, k]`, dequantized from the original blocks.
 pub fn candle_rows(w: &CandleQMatrix, ids: Tensor<Candle, 1, Int>) -> Tensor<Candle, 2> {
     let device = ids.device();
-    crate::quant::rows_from_blocks(&w.w, ids, &device)
+    super::rows_from_blocks(&w.w, ids, &device)
 }
 
 /// `(n, k)` of a prepared weight.
 pub fn candle_shape(w: &CandleQMatrix) -> (usize, usize) {
     (w.w.n, w.w.k)
+}
+
+impl QuantOps for Candle {
+    type QMatrix = CandleQMatrix;
+    fn qw_prepare(
+        name: &str,
+        w: QWeight,
+        device: &Self::Device,
+    ) -> Result<Self::QMatrix, BackendError> {
+        candle_prepare(name, w, device)
+    }
+    fn qw_matmul(x: Tensor<Self, 2>, w: &Self::QMatrix) -> Tensor<Self, 2> {
+        candle_matmul(x, w)
+    }
+    fn qw_rows(w: &Self::QMatrix, ids: Tensor<Self, 1, Int>) -> Tensor<Self, 2> {
+        candle_rows(w, ids)
+    }
+    fn qw_shape(w: &Self::QMatrix) -> (usize, usize) {
+        candle_shape(w)
+    }
 }

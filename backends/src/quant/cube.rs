@@ -19,9 +19,10 @@ use burn_cubecl::{BoolElement, CubeBackend, CubeRuntime};
 use cinder_gguf::GgmlType;
 use cubecl::prelude::*;
 
+use super::dense::{DenseQMatrix, dense_matmul, dense_prepare, dense_rows, dense_shape};
+use super::{QWeight, QuantOps};
 use crate::BackendError;
 use crate::act::ActQuant;
-use crate::quant::{DenseQMatrix, QWeight, dense_matmul, dense_prepare, dense_rows, dense_shape};
 
 type B<R, BT> = CubeBackend<R, f32, i32, BT>;
 
@@ -389,6 +390,36 @@ pub fn cube_shape<R: CubeRuntime, BT: BoolElement>(w: &CubeQMatrix<R, BT>) -> (u
         CubeQMatrix::Packed(p) => (p.n, p.k),
     }
 }
+
+/// `impl QuantOps` for a CubeCL backend type.
+macro_rules! cube_quant_ops {
+    ($t:ty, $r:ty, $bt:ty) => {
+        impl QuantOps for $t {
+            type QMatrix = CubeQMatrix<$r, $bt>;
+            fn qw_prepare(
+                name: &str,
+                w: QWeight,
+                device: &Self::Device,
+            ) -> Result<Self::QMatrix, BackendError> {
+                cube_prepare(name, w, device)
+            }
+            fn qw_matmul(x: Tensor<Self, 2>, w: &Self::QMatrix) -> Tensor<Self, 2> {
+                cube_matmul(x, w)
+            }
+            fn qw_rows(w: &Self::QMatrix, ids: Tensor<Self, 1, Int>) -> Tensor<Self, 2> {
+                cube_rows(w, ids)
+            }
+            fn qw_shape(w: &Self::QMatrix) -> (usize, usize) {
+                cube_shape(w)
+            }
+        }
+    };
+}
+
+#[cfg(feature = "wgpu")]
+cube_quant_ops!(crate::types::Wgpu, burn_wgpu::WgpuRuntime, u32);
+#[cfg(feature = "cuda")]
+cube_quant_ops!(crate::types::Cuda, cubecl::cuda::CudaRuntime, u8);
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,391 @@
+//! Paged attention on the CPU backends (flex, ndarray): an f16 store in host memory and a direct
+//! kernel (`cinder_kernels::attn`) with llama.cpp's CPU arithmetic.
+
+use burn::tensor::{Tensor, TensorData, backend::Backend};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use half::vec::HalfBitsVecExt;
+use rayon::prelude::*;
+
+use super::{AttentionParams, KvOps, KvShape, PagedBatch, SeqSlice, check_alloc};
+use crate::BackendError;
+use crate::host::host_values;
+use cinder_kernels::attn::{KvRun, ScoreParams, attend_f16};
+
+/// One layer's paged K/V in host memory, in f16 as llama.cpp keeps its KV cache (half the memory of
+/// f32, and the rounding its reference outputs were made with), layout `[block, kv_head, slot,
+/// head_dim]` so that a head's keys inside a block are contiguous.
+#[derive(Debug)]
+pub struct HostKv<D> {
+    shape: KvShape,
+    k: Vec<f16>,
+    v: Vec<f16>,
+    device: D,
+}
+
+impl<D> HostKv<D> {
+    fn offset(&self, block: usize, head: usize, slot: usize) -> usize {
+        let s = &self.shape;
+        ((block * s.kv_heads + head) * s.block_size + slot) * s.head_dim
+    }
+}
+
+/// Allocates a host store, all of it, up front (refused if it exceeds the memory available).
+pub(crate) fn host_kv_alloc<D: Clone>(
+    shape: KvShape,
+    device: &D,
+) -> Result<HostKv<D>, BackendError> {
+    check_alloc(&shape)?;
+    let n = shape.values();
+    let bytes = shape.bytes(2) as u64;
+    if let Some(avail) = crate::host_available_memory()
+        && bytes > avail
+    {
+        return Err(BackendError::Layout(format!(
+            "a KV store of {} MiB does not fit the {} MiB of memory available",
+            bytes >> 20,
+            avail >> 20
+        )));
+    }
+    // Zeroed u16 pages come from the OS as needed (calloc): the store is sized once, never grows,
+    // and resident memory follows what sequences actually wrote, up to the budget.
+    let alloc =
+        |_: &str| -> Result<Vec<f16>, BackendError> { Ok(vec![0u16; n].reinterpret_into()) };
+    Ok(HostKv {
+        shape,
+        k: alloc("K")?,
+        v: alloc("V")?,
+        device: device.clone(),
+    })
+}
+
+pub(crate) fn host_kv_copy_block<D>(kv: &mut HostKv<D>, src: u32, dst: u32) {
+    let len = kv.shape.kv_heads * kv.shape.block_size * kv.shape.head_dim;
+    let (s, d) = (src as usize * len, dst as usize * len);
+    kv.k.copy_within(s..s + len, d);
+    kv.v.copy_within(s..s + len, d);
+}
+
+/// Rounds to f16 and back (what ggml's f16 matmuls do to their f32 operand).
+#[inline]
+fn r16(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
+}
+
+/// The CPU paged-attention kernel. `q` `[1, h, T, hd]`, `k`/`v` `[1, kvh, T, hd]` (the batch's new
+/// tokens, written into the store first); returns `[1, h, T, hd]`.
+///
+/// Arithmetic as llama.cpp's CPU graph does it (no flash attention): K/V stored in f16, the query
+/// rounded to f16 for `q·k` (f32 sums), softmax in f32 with the exponential sum in f64, the
+/// probabilities rounded to f16 for the product with V (f32 sums). One task per (sequence, KV head):
+/// its K/V rows are widened to f32 once and serve every query head of the group.
+pub(crate) fn host_paged_attention<B: Backend>(
+    kv: &mut HostKv<B::Device>,
+    q: Tensor<B, 4>,
+    k: Tensor<B, 4>,
+    v: Tensor<B, 4>,
+    batch: &PagedBatch,
+    params: &AttentionParams,
+) -> Tensor<B, 4> {
+    let [_, h, t, hd] = q.dims();
+    let kvh = kv.shape.kv_heads;
+    assert_eq!(hd, kv.shape.head_dim, "paged attention: head_dim");
+    assert_eq!(k.dims()[1], kvh, "paged attention: kv heads");
+    if let Err(e) = batch.validate(t, kv.shape.blocks) {
+        panic!("paged attention: {e}");
+    }
+    // Time-major copies [T, heads, hd]. The models build Q/K/V as [1, T, heads, hd] and swap the
+    // middle axes lazily, so swapping them back reads the projections' own buffers in order (a
+    // plain copy, where a head-major read would gather them element by element).
+    let time_major = |x: Tensor<B, 4>| host_values(x.swap_dims(1, 2));
+    let (qs, ks, vs) = (time_major(q), time_major(k), time_major(v));
+    // 1. Store the new K/V rows: new row r of head g is at [r][g][..] in ks/vs.
+    for s in &batch.seqs {
+        for i in 0..s.q_len {
+            let pos = s.past + i;
+            let (blk, slot) = (
+                s.blocks[pos / batch.block_size] as usize,
+                pos % batch.block_size,
+            );
+            for g in 0..kvh {
+                let src = ((s.q_start + i) * kvh + g) * hd;
+                let dst = kv.offset(blk, g, slot);
+                kv.k[dst..dst + hd].convert_from_f32_slice(&ks[src..src + hd]);
+                kv.v[dst..dst + hd].convert_from_f32_slice(&vs[src..src + hd]);
+            }
+        }
+    }
+    // 2. Attend, one task per (sequence, KV head, run of its queries); each returns its queries'
+    // rows of every head in its group. A sequence's queries are split only when there are fewer
+    // (sequence, KV head) pairs than ~4 per thread (a speculative verify, a prefill chunk), so the
+    // threads share the work evenly; every query is computed the same way in any split.
+    let group = h / kvh;
+    let kv = &*kv;
+    let pairs = batch.seqs.len() * kvh;
+    let want = 4 * rayon::current_num_threads().max(1);
+    let splits = want.div_ceil(pairs.max(1));
+    let tasks: Vec<(usize, usize, std::ops::Range<usize>)> = (0..batch.seqs.len())
+        .flat_map(|si| {
+            let q_len = batch.seqs[si].q_len;
+            let per = q_len.div_ceil(splits.min(q_len).max(1)).max(1);
+            (0..kvh).flat_map(move |g| {
+                (0..q_len)
+                    .step_by(per)
+                    .map(move |i0| (si, g, i0..(i0 + per).min(q_len)))
+            })
+        })
+        .collect();
+    let run = |(si, g, qr): &(usize, usize, std::ops::Range<usize>)| {
+        attend_group(
+            kv,
+            batch,
+            &batch.seqs[*si],
+            *g,
+            group,
+            qr.clone(),
+            &qs,
+            h,
+            params,
+        )
+    };
+    // Query-key pairs × heads: below ~2k per head dim a parallel section costs more than it saves
+    // (the engine runs a step from a pool worker, so a section only wakes the other workers).
+    let work: usize = batch
+        .seqs
+        .iter()
+        .map(|s| s.q_len * (s.past + s.q_len))
+        .sum::<usize>()
+        * h;
+    let results: Vec<Vec<f32>> = if work < 1 << 11 {
+        tasks.iter().map(run).collect()
+    } else {
+        tasks.par_iter().map(run).collect()
+    };
+    // 3. Scatter the task outputs into [T, h, hd]: a task's rows are its group's heads, adjacent.
+    let mut out = vec![0.0f32; t * h * hd];
+    let w = group * hd;
+    for ((si, g, qr), res) in tasks.iter().zip(&results) {
+        let s = &batch.seqs[*si];
+        for (i, src) in qr.clone().zip(res.chunks_exact(w)) {
+            let dst = ((s.q_start + i) * h + g * group) * hd;
+            out[dst..dst + w].copy_from_slice(src);
+        }
+    }
+    // Returned head-major as the op promises, as a lazy view of the time-major buffer (merging the
+    // heads swaps back, so the model's next projection reads it in order).
+    Tensor::<B, 4>::from_data(TensorData::new(out, [1, t, h, hd]), &kv.device).swap_dims(1, 2)
+}
+
+/// Queries `queries` (of `0..q_len`) of one sequence, for the `group` query heads sharing KV head
+/// `g`: `[queries.len(), group, hd]` (`qs` is `[T, h, hd]`).
+/// The math is [`cinder_kernels::attn::attend_f16`]; this walks the block table into runs of
+/// contiguous rows (a head's slots inside a block are adjacent) and rounds the queries to f16.
+#[allow(clippy::too_many_arguments)]
+fn attend_group<D>(
+    kv: &HostKv<D>,
+    batch: &PagedBatch,
+    s: &SeqSlice,
+    g: usize,
+    group: usize,
+    queries: std::ops::Range<usize>,
+    qs: &[f32],
+    h: usize,
+    params: &AttentionParams,
+) -> Vec<f32> {
+    let hd = kv.shape.head_dim;
+    let bs = batch.block_size;
+    let isa = cinder_kernels::Isa::detect();
+    let sp = ScoreParams {
+        scale: params.scale,
+        softcap: params.softcap,
+    };
+    let i0 = queries.start;
+    let mut out = vec![0.0f32; group * queries.len() * hd];
+    let mut qr = vec![0.0f32; group * hd];
+    let mut scores = Vec::new();
+    let mut runs: Vec<KvRun<'_>> = Vec::new();
+    for i in queries {
+        let row = s.q_start + i;
+        let pos = s.past + i;
+        // Visible positions lo..hi as runs of slots inside blocks.
+        let (lo, hi) = (params.first_visible(pos), pos + 1);
+        runs.clear();
+        let mut j = lo;
+        while j < hi {
+            let end = ((j / bs + 1) * bs).min(hi);
+            let at = kv.offset(s.blocks[j / bs] as usize, g, j % bs);
+            let len = (end - j) * hd;
+            runs.push(KvRun {
+                k: &kv.k[at..at + len],
+                v: &kv.v[at..at + len],
+            });
+            j = end;
+        }
+        for (gi, q) in qr.chunks_exact_mut(hd).enumerate() {
+            let head = g * group + gi;
+            let src = &qs[(row * h + head) * hd..(row * h + head + 1) * hd];
+            for (d, &x) in q.iter_mut().zip(src) {
+                *d = r16(x);
+            }
+        }
+        attend_f16(
+            isa,
+            &qr,
+            hd,
+            &runs,
+            sp,
+            &mut scores,
+            &mut out[(i - i0) * group * hd..(i - i0 + 1) * group * hd],
+        );
+    }
+    out
+}
+
+/// `impl KvOps` for a host backend type.
+macro_rules! host_kv_ops {
+    ($t:ty) => {
+        impl KvOps for $t {
+            type KvLayer = HostKv<burn::tensor::Device<$t>>;
+            const KV_BYTES_PER_VALUE: usize = 2;
+            fn kv_alloc(
+                shape: KvShape,
+                device: &Self::Device,
+            ) -> Result<Self::KvLayer, BackendError> {
+                host_kv_alloc(shape, device)
+            }
+            fn kv_copy_block(kv: &mut Self::KvLayer, src: u32, dst: u32) {
+                host_kv_copy_block(kv, src, dst)
+            }
+            fn paged_attention(
+                kv: &mut Self::KvLayer,
+                q: Tensor<Self, 4>,
+                k: Tensor<Self, 4>,
+                v: Tensor<Self, 4>,
+                batch: &PagedBatch,
+                params: &AttentionParams,
+            ) -> Tensor<Self, 4> {
+                host_paged_attention(kv, q, k, v, batch, params)
+            }
+        }
+    };
+}
+
+#[cfg(feature = "flex")]
+host_kv_ops!(crate::types::Flex);
+#[cfg(feature = "ndarray")]
+host_kv_ops!(crate::types::NdArray);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attention::attention;
+    use crate::attention::dense::{dense_kv_alloc, dense_paged_attention};
+
+    /// The CPU kernel and the generic fallback agree on a ragged batch (decode rows, a prefill chunk
+    /// continuing a cached prefix, a sliding window, GQA), and both equal plain causal attention on
+    /// each sequence's contiguous K/V.
+    #[cfg(feature = "flex")]
+    #[test]
+    fn host_kernel_and_fallback_agree_with_contiguous_attention() {
+        type B = crate::types::Flex;
+        let dev: burn::tensor::Device<B> = Default::default();
+        let (h, kvh, hd, bs) = (4usize, 2usize, 16usize, 4usize);
+        // (past, new) per sequence; block tables deliberately out of order.
+        let shape = KvShape {
+            blocks: 16,
+            block_size: bs,
+            kv_heads: kvh,
+            head_dim: hd,
+        };
+        let tables: Vec<Vec<u32>> = vec![vec![3, 0, 7], vec![5, 1], vec![2, 9, 4, 6]];
+        let lens = [(0usize, 9usize), (0, 5), (0, 14)];
+        let val = |i: usize| ((i * 7919 % 1000) as f32 / 500.0) - 1.0;
+        for window in [None, Some(5)] {
+            let params = AttentionParams {
+                scale: 0.25,
+                sliding_window: window,
+                softcap: None,
+            };
+            let mut host = host_kv_alloc(shape, &dev).unwrap();
+            let mut dense = dense_kv_alloc::<B>(shape, &dev).unwrap();
+            // Two steps: the full prompts minus their last 2 tokens, then those 2 (a continuation).
+            let mut outs_host = Vec::new();
+            let mut outs_dense = Vec::new();
+            let mut full: Vec<(Tensor<B, 4>, Tensor<B, 4>, Tensor<B, 4>)> = Vec::new();
+            for (si, &(_, n)) in lens.iter().enumerate() {
+                let mk = |heads: usize, salt: usize| {
+                    let v: Vec<f32> = (0..heads * n * hd)
+                        .map(|i| val(i + salt + 1000 * si))
+                        .collect();
+                    Tensor::<B, 4>::from_data(TensorData::new(v, [1, heads, n, hd]), &dev)
+                };
+                full.push((mk(h, 1), mk(kvh, 2), mk(kvh, 3)));
+            }
+            for (lo, hi) in [(0usize, 2usize), (2, 0)] {
+                let mut seqs = Vec::new();
+                let (mut qs, mut ks, mut vs) = (Vec::new(), Vec::new(), Vec::new());
+                let mut row = 0;
+                for (si, &(_, n)) in lens.iter().enumerate() {
+                    let (past, len) = if hi == 2 { (0, n - 2) } else { (n - 2, 2) };
+                    let _ = lo;
+                    seqs.push(SeqSlice {
+                        q_start: row,
+                        q_len: len,
+                        past,
+                        blocks: tables[si].clone(),
+                    });
+                    row += len;
+                    qs.push(full[si].0.clone().narrow(2, past, len));
+                    ks.push(full[si].1.clone().narrow(2, past, len));
+                    vs.push(full[si].2.clone().narrow(2, past, len));
+                }
+                let batch = PagedBatch {
+                    block_size: bs,
+                    seqs,
+                };
+                let (q, k, v) = (Tensor::cat(qs, 2), Tensor::cat(ks, 2), Tensor::cat(vs, 2));
+                outs_host.push(host_paged_attention::<B>(
+                    &mut host,
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    &batch,
+                    &params,
+                ));
+                outs_dense.push(dense_paged_attention::<B>(
+                    &mut dense, q, k, v, &batch, &params,
+                ));
+            }
+            // Reference: each sequence alone, contiguous.
+            let mut row = [0usize; 2];
+            for (si, &(_, n)) in lens.iter().enumerate() {
+                let (q, k, v) = full[si].clone();
+                let want = attention(q, k, v, 0, &params);
+                for (step, (past, len)) in [(0, n - 2), (n - 2, 2)].into_iter().enumerate() {
+                    let want = want
+                        .clone()
+                        .narrow(2, past, len)
+                        .into_data()
+                        .to_vec::<f32>()
+                        .unwrap();
+                    let rows = |o: &Tensor<B, 4>| {
+                        o.clone()
+                            .narrow(2, row[step], len)
+                            .into_data()
+                            .to_vec::<f32>()
+                            .unwrap()
+                    };
+                    let (host, dense) = (rows(&outs_host[step]), rows(&outs_dense[step]));
+                    // f16 rounding of K, V, q and the probabilities: ~1e-3 from exact f32; the two
+                    // implementations round the same values, so they agree far more closely.
+                    for ((a, b), w) in host.iter().zip(&dense).zip(&want) {
+                        let ctx = format!("window {window:?} seq {si} step {step}");
+                        assert!((a - w).abs() < 5e-3, "{ctx}: host {a} vs f32 {w}");
+                        assert!((a - b).abs() < 1e-3, "{ctx}: host {a} vs fallback {b}");
+                    }
+                    row[step] += len;
+                }
+            }
+        }
+    }
+}
