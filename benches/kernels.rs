@@ -13,7 +13,8 @@ use cinder::backends::attention::{AttentionParams, KvShape, PagedBatch, SeqSlice
 use cinder::gguf::GgmlType;
 use cinder::prelude::*;
 use cinder::runtime::attention::ContiguousKvCache;
-use cinder::runtime::generate::{prefill, token_tensor};
+use cinder::runtime::generate::prefill;
+use cinder::runtime::model::token_tensor;
 use cinder::runtime::quant::{QLinear, SharedBytes};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
@@ -175,7 +176,7 @@ impl BackendTask for DecodeStep<'_> {
             eprintln!("smollm2-135m not available: decode-step bench skipped");
             return;
         };
-        let m = cinder::importer::load_gguf::<B>(&r.path, &device).expect("model loads");
+        let m = cinder::importer::load_model::<B>(&r.path, &device).expect("model loads");
         let mut g = c.benchmark_group(format!("decode_step_{kind}"));
         g.sample_size(20);
         // One token at position 64 (a short prompt already cached), cache trimmed back each time.

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use cinder::importer::{ImportOptions, import, load_gguf, load_model};
+use cinder::importer::{ImportOptions, import, load_model};
 use cinder::prelude::*;
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -26,7 +26,7 @@ impl BackendTask for Load<'_> {
         let mut g = c.benchmark_group(format!("load_{name}"));
         g.sample_size(20);
         g.bench_function("gguf", |b| {
-            b.iter(|| load_gguf::<B>(&r.path, &device).expect("gguf loads"))
+            b.iter(|| load_model::<B>(&r.path, &device).expect("gguf loads"))
         });
         g.bench_function("record_verified", |b| {
             b.iter(|| load_model::<B>(&rec, &device).expect("record loads"))

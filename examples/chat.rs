@@ -20,7 +20,7 @@ impl BackendTask for Chat {
 
     fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
         let path = cinder::catalog::resolve("smollm2-135m")?.path;
-        let m = cinder::importer::load_gguf::<B>(&path, &device)?;
+        let m = cinder::importer::load_model::<B>(&path, &device)?;
         let opts = GenerateOptions {
             max_tokens: 128,
             sampling: SamplingParams::greedy(),

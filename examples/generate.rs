@@ -17,7 +17,7 @@ impl BackendTask for Generate {
     fn run<B: InferenceBackend>(self, device: B::Device) -> Result<String> {
         // A catalog name is pulled (and verified) on first use; a path works too.
         let path = cinder::catalog::resolve("smollm2-135m")?.path;
-        let m = cinder::importer::load_gguf::<B>(&path, &device)?;
+        let m = cinder::importer::load_model::<B>(&path, &device)?;
         let ids = m.tokenizer.encode(&self.prompt, true)?;
         let opts = GenerateOptions {
             max_tokens: 32,

@@ -6,7 +6,8 @@
 use anyhow::Result;
 use cinder::prelude::*;
 use cinder::runtime::attention::ContiguousKvCache;
-use cinder::runtime::generate::{logits_to_vec, prefill, token_tensor};
+use cinder::runtime::generate::prefill;
+use cinder::runtime::model::{logits_to_vec, token_tensor};
 use cinder::runtime::sampler::top_k_probs;
 
 struct Task(String, String);
@@ -15,7 +16,7 @@ impl BackendTask for Task {
     type Output = Result<()>;
     fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
         let path = cinder::catalog::resolve(&self.0)?.path;
-        let m = cinder::importer::load_gguf::<B>(&path, &device)?;
+        let m = cinder::importer::load_model::<B>(&path, &device)?;
         for line in std::fs::read_to_string(&self.1)?.lines() {
             let r: serde_json::Value = serde_json::from_str(line)?;
             let prompt = r["prompt"].as_str().unwrap_or_default();

@@ -13,7 +13,7 @@
 //!     type Output = anyhow::Result<String>;
 //!     fn run<B: InferenceBackend>(self, device: B::Device) -> Self::Output {
 //!         let path = cinder::catalog::resolve("smollm2-135m")?.path;
-//!         let m = cinder::importer::load_gguf::<B>(&path, &device)?;
+//!         let m = cinder::importer::load_model::<B>(&path, &device)?;
 //!         let ids = m.tokenizer.encode("The capital of France is", true)?;
 //!         let opts = GenerateOptions { max_tokens: 8, sampling: SamplingParams::greedy(), ..Default::default() };
 //!         let out = generate(&m.model, &m.tokenizer, &ids, &opts, &mut |_| true)?;
@@ -38,8 +38,9 @@ pub use cinder_tokenizer as tokenizer;
 /// The names most programs need.
 pub mod prelude {
     pub use cinder_backends::{Backend, BackendKind, BackendTask, InferenceBackend, dispatch};
+    pub use cinder_runtime::engine::FinishReason;
     pub use cinder_runtime::generate::{
-        FinishReason, GenerateOptions, Generation, generate, generate_with_draft,
+        GenerateOptions, Generation, generate, generate_with_draft,
     };
     pub use cinder_runtime::model::{CausalLm, Logits};
     pub use cinder_runtime::sampler::{Sampler, SamplingParams};

@@ -65,7 +65,7 @@ struct BatchedEqualsAlone {
 impl BackendTask for BatchedEqualsAlone {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
-        let m = cinder::importer::load_gguf::<B>(&model_path(self.model), &device).expect("load");
+        let m = cinder::importer::load_model::<B>(&model_path(self.model), &device).expect("load");
         let encoded: Vec<Vec<u32>> = prompts(self.reference)
             .iter()
             .map(|p| m.tokenizer.encode(p, true).expect("encode"))
@@ -149,7 +149,7 @@ impl BackendTask for PrefixHits {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
         let m =
-            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("load");
+            cinder::importer::load_model::<B>(&model_path("smollm2-135m"), &device).expect("load");
         let engine = Engine::start::<B, _>(
             m.model.clone(),
             m.tokenizer.clone(),
@@ -204,7 +204,7 @@ impl BackendTask for CancelAndTimeout {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
         let m =
-            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("load");
+            cinder::importer::load_model::<B>(&model_path("smollm2-135m"), &device).expect("load");
         let engine = Engine::start::<B, _>(
             m.model.clone(),
             m.tokenizer.clone(),
@@ -267,7 +267,7 @@ impl BackendTask for BadRequests {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
         let m =
-            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("load");
+            cinder::importer::load_model::<B>(&model_path("smollm2-135m"), &device).expect("load");
         let cfg = EngineConfig {
             kv_budget: Some(KvBudget::Tokens(256)),
             ..EngineConfig::default()

@@ -1,7 +1,7 @@
 //! Sentence embeddings against reference data: all-MiniLM-L6-v2 (SafeTensors) against a float64 numpy
 //! implementation, and both catalog ONNX models against onnxruntime, on every test backend.
 //!
-//! Bars (issue 6): cosine ≥ 0.9999 on the CPU backends (flex, ndarray) and ≥ 0.999 elsewhere for the
+//! Bars: cosine ≥ 0.9999 on the CPU backends (flex, ndarray) and ≥ 0.999 elsewhere for the
 //! SafeTensors and f32 ONNX models; ≥ 0.999 for the int8 ONNX model (its weights are dequantized to
 //! f32 once at load; onnxruntime computes the same products, so the difference is only summation
 //! order).

@@ -47,7 +47,7 @@ impl BackendTask for Budget {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
         let m =
-            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("load");
+            cinder::importer::load_model::<B>(&model_path("smollm2-135m"), &device).expect("load");
         let vocab = m.model.vocab_size() as u32;
         let cfg = EngineConfig {
             scheduler: SchedulerConfig {

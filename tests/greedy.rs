@@ -28,8 +28,9 @@ mod common;
 use cinder::backends::BackendKind;
 use cinder::prelude::*;
 use cinder::runtime::attention::{AttentionCache, ContiguousKvCache};
-use cinder::runtime::generate::{logits_to_vec, prefill, token_tensor};
+use cinder::runtime::generate::prefill;
 use cinder::runtime::kv::SeqPagedCache;
+use cinder::runtime::model::{logits_to_vec, token_tensor};
 use cinder::runtime::sampler::top_k_probs;
 use common::*;
 
@@ -61,7 +62,7 @@ impl BackendTask for Check {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
         let path = model_path(self.model);
-        let m = cinder::importer::load_gguf::<B>(&path, &device).expect("model loads");
+        let m = cinder::importer::load_model::<B>(&path, &device).expect("model loads");
         for r in greedy_refs(self.reference) {
             // Tokenizer agrees with llama.cpp on the prompt (BOS included when the model adds it).
             let ids = m.tokenizer.encode(&r.prompt, true).expect("encode");

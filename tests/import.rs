@@ -57,7 +57,7 @@ impl BackendTask for RoundTrip {
             m.source.files[0].sha256,
             cinder::catalog::sha256_file(&src).expect("sha")
         );
-        let g = cinder::importer::load_gguf::<B>(&src, &device).expect("gguf");
+        let g = cinder::importer::load_model::<B>(&src, &device).expect("gguf");
         let r = load_model::<B>(&self.dir, &device).expect("record loads");
         // The same tokenizer (rebuilt from the GGUF's own metadata).
         let ids = g.tokenizer.encode(PROMPT, true).expect("encode");
@@ -373,7 +373,7 @@ struct HfCheck {
 impl BackendTask for HfCheck {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
-        let g = cinder::importer::load_gguf::<B>(&self.f32_gguf, &device).expect("gguf");
+        let g = cinder::importer::load_model::<B>(&self.f32_gguf, &device).expect("gguf");
         let ids = g.tokenizer.encode(PROMPT, true).expect("encode");
         let (lg, want) = greedy(&g, &ids, 16);
         let h = load_model::<B>(&self.hf, &device).expect("HF checkpoint loads directly");
@@ -391,7 +391,7 @@ impl BackendTask for HfCheck {
         // The shipped Q4_1 file agrees on the opening tokens (past them, Q4_1 kernels with 8-bit
         // activations and f32 matmuls part at a near-tie).
         let q4 =
-            cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), &device).expect("gguf");
+            cinder::importer::load_model::<B>(&model_path("smollm2-135m"), &device).expect("gguf");
         assert_eq!(greedy(&q4, &ids, 8).1, want[..8]);
 
         let m = import::<B>(&self.hf, &self.rec, &ImportOptions::default(), &device)

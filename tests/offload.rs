@@ -4,18 +4,20 @@
 //! batches over the paged cache, prefix reuse, chunked prefill). Where it does not, the whole model
 //! must rate the token taken within [`NEAR_TIE`] of its own choice: the offloaded layers compute
 //! with the accelerator's arithmetic, and any two backends fork at such near-ties (tests/greedy.rs).
-//! Through a contiguous cache, a model with every layer offloaded must give the logits of the whole
-//! model on the accelerator. Runs where wgpu is compiled in (CI's backend pass); the refusals run
-//! always.
+//! Through a contiguous cache (the offloaded layers then run paged attention laid out like it), a
+//! model with every layer offloaded must give the logits of the whole model on the accelerator
+//! through a single-sequence paged cache. Runs where wgpu is compiled in (CI's backend pass); the
+//! refusals run always.
 
 mod common;
 
 use cinder::backends::default_kind;
+use cinder::importer::Offload;
 use cinder::prelude::*;
 use cinder::runtime::attention::ContiguousKvCache;
 use cinder::runtime::engine::{Engine, EngineConfig, EventStream, Request};
-use cinder::runtime::generate::{logits_to_vec, token_tensor};
 use cinder::runtime::kv::SeqPagedCache;
+use cinder::runtime::model::{logits_to_vec, token_tensor};
 use cinder::runtime::scheduler::SchedulerConfig;
 use common::*;
 
@@ -50,20 +52,26 @@ fn run<B: InferenceBackend>(
 }
 
 /// Logits of every position of `ids`, fed as a prefill of all but the last 3 tokens and then 3
-/// single-token steps, over a contiguous cache.
-fn contiguous_logits<B: InferenceBackend>(
+/// single-token steps, over a contiguous cache (`paged`: a single-sequence paged cache).
+fn cached_logits<B: InferenceBackend>(
     m: &cinder::importer::LoadedModel<B>,
     ids: &[u32],
+    paged: bool,
 ) -> Vec<Vec<f32>> {
     let device = m.model.device();
-    let mut cache = ContiguousKvCache::<B>::new(m.model.n_layers(), 256);
+    let (kvh, hd) = m.model.kv_dims();
+    let mut cache: Box<dyn cinder::runtime::attention::AttentionCache<B>> = if paged {
+        Box::new(SeqPagedCache::<B>::new(m.model.n_layers(), kvh, hd, 256, &device).expect("cache"))
+    } else {
+        Box::new(ContiguousKvCache::<B>::new(m.model.n_layers(), 256))
+    };
     let split = ids.len() - 3;
     let mut pieces = vec![&ids[..split]];
     pieces.extend(ids[split..].chunks(1));
     let mut rows = Vec::new();
     for p in pieces {
         let t = token_tensor::<B>(p, &device);
-        let logits = m.model.forward(t, &mut cache, Logits::All);
+        let logits = m.model.forward(t, cache.as_mut(), Logits::All);
         let host = logits_to_vec(logits).expect("logits");
         let vocab = m.model.vocab_size();
         rows.extend(host.chunks(vocab).map(<[f32]>::to_vec));
@@ -71,14 +79,14 @@ fn contiguous_logits<B: InferenceBackend>(
     rows
 }
 
-/// The contiguous-cache logits of the whole model on the backend it is dispatched to.
+/// The single-sequence paged-cache logits of the whole model on the backend it is dispatched to.
 struct WholeLogits(std::path::PathBuf, Vec<u32>);
 
 impl BackendTask for WholeLogits {
     type Output = Vec<Vec<f32>>;
     fn run<B: InferenceBackend>(self, device: B::Device) -> Self::Output {
         let m = cinder::importer::load_model::<B>(&self.0, &device).expect("load");
-        contiguous_logits(&m, &self.1)
+        cached_logits(&m, &self.1, true)
     }
 }
 
@@ -163,18 +171,19 @@ impl BackendTask for SplitEqualsWhole {
         let rounds = if self.thorough { 2 } else { 1 };
         let base = run(&whole, &encoded, EngineConfig::default(), 1).remove(0);
         for &n in self.splits {
-            let split =
-                cinder::importer::load_model_offloaded::<C>(&path, &device, BackendKind::Wgpu, n)
-                    .expect("split model loads");
+            let split = cinder::importer::load_model_offloaded::<C>(&path, &device, wgpu(n))
+                .expect("split model loads");
             let placement = split.model.placement().expect("the model is split");
             eprintln!("{}: {placement}", self.model);
+            let all = whole.model.n_layers();
+            let front = n.min(all);
+            assert!(placement.starts_with(&format!("layers 0..{front} on wgpu")));
+            assert_eq!(split.model.n_layers(), all - front);
+            // The KV budget counts both devices' stores: f32 on wgpu's, the CPU backend's own.
+            let (kvh, hd) = whole.model.kv_dims();
             assert_eq!(
-                split.model.offloaded_layers(),
-                n.min(whole.model.n_layers())
-            );
-            assert_eq!(
-                split.model.n_layers() + split.model.offloaded_layers(),
-                whole.model.n_layers()
+                split.model.kv_bytes_per_token(),
+                2 * kvh * hd * ((all - front) * C::KV_BYTES_PER_VALUE + front * 4)
             );
             // Together in one batch; a second round from the prefix cache.
             for (r, out) in run(&split, &encoded, EngineConfig::default(), rounds)
@@ -203,19 +212,14 @@ impl BackendTask for SplitEqualsWhole {
             };
             let out = run(&split, &encoded, chunked, 1).remove(0);
             forks_at_near_ties(&whole, &encoded, &base, &out);
-            // A contiguous cache (the offloaded layers get a contiguous store too): every layer
-            // offloaded is, but for the embedding and head, the whole model on wgpu.
+            // A contiguous cache (the offloaded layers run paged attention laid out like it):
+            // every layer offloaded is, but for the embedding and head, the whole model on wgpu.
             let ids = &encoded[0];
-            let all = whole.model.n_layers();
-            let b = contiguous_logits(
-                &cinder::importer::load_model_offloaded::<C>(
-                    &path,
-                    &device,
-                    BackendKind::Wgpu,
-                    all,
-                )
-                .expect("split model loads"),
+            let b = cached_logits(
+                &cinder::importer::load_model_offloaded::<C>(&path, &device, wgpu(all))
+                    .expect("split model loads"),
                 ids,
+                false,
             );
             let a =
                 dispatch(BackendKind::Wgpu, WholeLogits(path.clone(), ids.clone())).expect("wgpu");
@@ -237,6 +241,14 @@ impl BackendTask for SplitEqualsWhole {
             );
             assert!(worst < 0.02, "logits differ by {worst}");
         }
+    }
+}
+
+/// The first `layers` layers on wgpu.
+fn wgpu(layers: usize) -> Offload {
+    Offload {
+        accel: BackendKind::Wgpu,
+        layers,
     }
 }
 
@@ -295,11 +307,13 @@ impl BackendTask for Refusals {
     fn run<C: InferenceBackend>(self, device: C::Device) {
         let path = model_path("smollm2-135m");
         // The "accelerator" is a CPU backend.
-        let refused =
-            |accel| match cinder::importer::load_model_offloaded::<C>(&path, &device, accel, 4) {
+        let refused = |accel| {
+            let offload = Offload { accel, layers: 4 };
+            match cinder::importer::load_model_offloaded::<C>(&path, &device, offload) {
                 Ok(_) => panic!("offload to {accel} was not refused"),
                 Err(e) => e.to_string(),
-            };
+            }
+        };
         let err = refused(C::KIND);
         assert!(err.contains("accelerator"), "{err}");
         // An accelerator that is not compiled in is named with its feature.
@@ -308,10 +322,14 @@ impl BackendTask for Refusals {
             assert!(err.contains("--features cuda"), "{err}");
         }
         // 0 layers: the whole model on the CPU, not split.
-        let m = cinder::importer::load_model_offloaded::<C>(&path, &device, BackendKind::Cuda, 0)
-            .expect("loads whole");
+        let none = Offload {
+            accel: BackendKind::Cuda,
+            layers: 0,
+        };
+        let m =
+            cinder::importer::load_model_offloaded::<C>(&path, &device, none).expect("loads whole");
         assert!(m.model.placement().is_none());
-        assert_eq!(m.model.offloaded_layers(), 0);
+        assert_eq!(m.model.n_layers(), 30);
     }
 }
 

@@ -13,7 +13,7 @@ struct Ppl {
 impl BackendTask for Ppl {
     type Output = f64;
     fn run<B: InferenceBackend>(self, device: B::Device) -> f64 {
-        let m = cinder::importer::load_gguf::<B>(&model_path(self.model), &device).expect("model");
+        let m = cinder::importer::load_model::<B>(&model_path(self.model), &device).expect("model");
         let text = std::fs::read_to_string(model_path("lee-corpus")).expect("corpus");
         let tokens = m.tokenizer.encode(&text, true).expect("encode");
         let bos = if m.tokenizer.add_bos {

@@ -99,7 +99,7 @@ fn alone_greedy<B: InferenceBackend>(
 fn load_encoded<B: InferenceBackend>(
     device: &B::Device,
 ) -> (cinder::importer::LoadedModel<B>, Vec<Vec<u32>>) {
-    let m = cinder::importer::load_gguf::<B>(&model_path("smollm2-135m"), device).expect("load");
+    let m = cinder::importer::load_model::<B>(&model_path("smollm2-135m"), device).expect("load");
     let encoded = prompts()
         .iter()
         .map(|p| m.tokenizer.encode(p, true).expect("encode"))
@@ -217,7 +217,7 @@ impl BackendTask for DraftModelUnchanged {
             .status()
             .expect("cinder quantize runs");
         assert!(st.success());
-        let draft = cinder::importer::load_gguf::<B>(&q4, &device).expect("draft loads");
+        let draft = cinder::importer::load_model::<B>(&q4, &device).expect("draft loads");
         cinder::runtime::engine::check_draft_tokenizer(&m.tokenizer, &draft.tokenizer)
             .expect("same tokenizer");
         let greedy = SamplingParams::greedy;

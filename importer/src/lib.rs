@@ -15,12 +15,10 @@ mod error;
 mod gguf_weights;
 pub mod hf_llama;
 mod load;
-mod offload;
 pub mod record;
 
 pub use embedding::load_embedder;
 pub use error::{ImportError, Result};
 pub use gguf_weights::{GgufWeights, StoredTensor, TableWeights, TensorStore};
-pub use load::{ArchConfig, LoadedModel, ModelInfo, load_gguf};
-pub use offload::load_model_offloaded;
-pub use record::{ImportOptions, import, load_model, load_model_part, load_record};
+pub use load::{ArchConfig, LoadedModel, ModelInfo, Offload, load_model, load_model_offloaded};
+pub use record::{ImportOptions, import};

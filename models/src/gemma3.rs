@@ -7,6 +7,8 @@
 //! MLP is GeGLU (tanh GELU); five of every six layers use sliding-window attention with their own RoPE
 //! base, the sixth is global.
 
+use std::ops::Range;
+
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Int, Tensor};
@@ -15,13 +17,12 @@ use cinder_runtime::attention::{AttentionCache, AttentionParams};
 use cinder_runtime::model::{CausalLm, Logits};
 use cinder_runtime::quant::QLinear;
 
+use crate::decoder::{Blocks, Decoder, LanguageModel, decoder_forward};
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
-    Embedding, Ends, OutputHead, RmsNorm, Rope, RopeStyle, geglu, heads, merge_heads, project,
-    split_heads,
+    Ends, RmsNorm, Rope, RopeStyle, block_range, geglu, heads, merge_heads, project, split_heads,
 };
 use crate::loader::WeightSource;
-use crate::split::{ModelPart, NO_ENDS, Staged, staged_forward};
 
 /// Hyper-parameters of a Gemma 3 model.
 #[derive(Config, Debug, PartialEq)]
@@ -130,12 +131,9 @@ pub struct Gemma3Block<B: InferenceBackend> {
     post_ffn_norm: RmsNorm<B>,
 }
 
-/// A Gemma 3 model (or the share of one that a device holds: [`ModelPart`]).
+/// Blocks `first_layer..first_layer + blocks.len()` of a Gemma 3 model.
 #[derive(Module, Debug)]
-pub struct Gemma3<B: InferenceBackend> {
-    /// embedding, final norm, head (`None` in an offloaded share)
-    ends: Option<Ends<B>>,
-    /// blocks `first_layer..first_layer + blocks.len()`
+pub struct Gemma3Blocks<B: InferenceBackend> {
     blocks: Vec<Gemma3Block<B>>,
     /// absolute index of the first block held (which layers are global depends on it)
     #[module(skip)]
@@ -144,23 +142,40 @@ pub struct Gemma3<B: InferenceBackend> {
     config: Gemma3Config,
 }
 
-impl<B: InferenceBackend> Gemma3<B> {
-    /// Loads weights by module path: the Llama names plus `layers.{i}.{attn.q_norm, attn.k_norm,
-    /// post_attn_norm, post_ffn_norm}`.
-    pub fn load(config: Gemma3Config, src: &mut dyn WeightSource<B>) -> Result<Self> {
-        Self::load_part(config, src, &ModelPart::whole())
-    }
+/// A Gemma 3 model: the embedding and head around its blocks (all of them, or blocks `N..` when
+/// the first `N` run elsewhere: [`crate::split`]).
+#[derive(Module, Debug)]
+pub struct Gemma3<B: InferenceBackend> {
+    ends: Ends<B>,
+    blocks: Gemma3Blocks<B>,
+}
 
-    /// Loads only `part`'s weights (layer offload puts the shares on two backends).
-    pub fn load_part(
+impl<B: InferenceBackend> Gemma3Blocks<B> {
+    /// Loads blocks `layers` (clamped to the model's depth; at least one) by module path: the
+    /// Llama names plus `layers.{i}.{attn.q_norm, attn.k_norm, post_attn_norm, post_ffn_norm}`.
+    pub fn load(
         config: Gemma3Config,
         src: &mut dyn WeightSource<B>,
-        part: &ModelPart,
+        layers: Range<usize>,
     ) -> Result<Self> {
         config.validate()?;
+        let layers = block_range("gemma3", config.n_layers, layers)?;
+        if layers.is_empty() {
+            return Err(ModelError::Config {
+                arch: "gemma3".into(),
+                reason: format!("no blocks in {layers:?}"),
+            });
+        }
+        Self::load_range(config, src, layers)
+    }
+
+    fn load_range(
+        config: Gemma3Config,
+        src: &mut dyn WeightSource<B>,
+        layers: Range<usize>,
+    ) -> Result<Self> {
         let c = &config;
         let (d, hd) = (c.d_model, c.head_dim);
-        let layers = part.resolve("gemma3", c.n_layers)?;
         let mut blocks = Vec::with_capacity(layers.len());
         for i in layers.clone() {
             let p = |s: &str| format!("layers.{i}.{s}");
@@ -184,45 +199,16 @@ impl<B: InferenceBackend> Gemma3<B> {
                 post_ffn_norm: norm(src, "post_ffn_norm", d)?,
             });
         }
-        let ends = if part.ends {
-            let embed = Embedding::new(src.linear("embed", c.vocab_size, d, false)?);
-            let norm = RmsNorm::new(src.vector("norm", d)?, c.rms_eps);
-            let separate = if src.has("lm_head") {
-                Some(src.linear("lm_head", c.vocab_size, d, false)?)
-            } else {
-                None
-            };
-            Some(Ends {
-                embed,
-                norm,
-                head: OutputHead { separate },
-            })
-        } else {
-            None
-        };
         Ok(Self {
-            ends,
             blocks,
             first_layer: layers.start,
             config,
         })
     }
-
-    /// The configuration.
-    pub fn config(&self) -> &Gemma3Config {
-        &self.config
-    }
 }
 
-impl<B: InferenceBackend> Staged<B> for Gemma3<B> {
-    fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
-        // scaled by sqrt(d) as Gemma does
-        let d = self.config.d_model as f64;
-        let ends = self.ends.as_ref().expect(NO_ENDS);
-        ends.embed.forward(tokens).mul_scalar(d.sqrt() as f32)
-    }
-
-    fn run_blocks(&self, mut x: Tensor<B, 3>, cache: &mut dyn AttentionCache<B>) -> Tensor<B, 3> {
+impl<B: InferenceBackend> Blocks<B> for Gemma3Blocks<B> {
+    fn run(&self, mut x: Tensor<B, 3>, cache: &mut dyn AttentionCache<B>) -> Tensor<B, 3> {
         let c = &self.config;
         let t = x.dims()[1];
         let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
@@ -271,8 +257,43 @@ impl<B: InferenceBackend> Staged<B> for Gemma3<B> {
         x
     }
 
-    fn output(&self, x: Tensor<B, 3>, logits: Logits) -> Tensor<B, 3> {
-        self.ends.as_ref().expect(NO_ENDS).logits(x, logits)
+    fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    fn first_layer(&self) -> usize {
+        self.first_layer
+    }
+
+    fn kv_dims(&self) -> (usize, usize) {
+        (self.config.n_kv_heads, self.config.head_dim)
+    }
+}
+
+impl<B: InferenceBackend> Gemma3<B> {
+    /// Loads the whole model by module path: `embed`, `norm`, `lm_head` (absent => tied), and the
+    /// blocks ([`Gemma3Blocks::load`]).
+    pub fn load(config: Gemma3Config, src: &mut dyn WeightSource<B>) -> Result<Self> {
+        Self::load_layers(config, src, 0..usize::MAX)
+    }
+
+    /// Loads the ends and blocks `layers` only (clamped to the model's depth; may be empty when
+    /// every block runs elsewhere).
+    pub fn load_layers(
+        config: Gemma3Config,
+        src: &mut dyn WeightSource<B>,
+        layers: Range<usize>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let layers = block_range("gemma3", config.n_layers, layers)?;
+        let ends = Ends::load(src, config.vocab_size, config.d_model, config.rms_eps, true)?;
+        let blocks = Gemma3Blocks::load_range(config, src, layers)?;
+        Ok(Self { ends, blocks })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Gemma3Config {
+        &self.blocks.config
     }
 }
 
@@ -283,7 +304,7 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
         cache: &mut dyn AttentionCache<B>,
         logits: Logits,
     ) -> Tensor<B, 3> {
-        staged_forward(self, tokens, cache, logits)
+        decoder_forward(self, tokens, cache, logits)
     }
 
     fn n_layers(&self) -> usize {
@@ -291,22 +312,41 @@ impl<B: InferenceBackend> CausalLm<B> for Gemma3<B> {
     }
 
     fn kv_dims(&self) -> (usize, usize) {
-        (self.config.n_kv_heads, self.config.head_dim)
+        self.blocks.kv_dims()
     }
 
     fn vocab_size(&self) -> usize {
-        self.config.vocab_size
+        self.config().vocab_size
     }
 
     fn context_length(&self) -> usize {
-        self.config.context_length
+        self.config().context_length
     }
 
     fn device(&self) -> B::Device {
-        Ends::device_of(
-            self.ends.as_ref(),
-            self.blocks.first().map(|b| &b.attn_norm),
-        )
+        self.ends.device()
+    }
+}
+
+impl<B: InferenceBackend> LanguageModel<B> for Gemma3<B> {
+    fn arch(&self) -> &'static str {
+        "gemma3"
+    }
+}
+
+impl<B: InferenceBackend> Decoder<B> for Gemma3<B> {
+    fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        // scaled by sqrt(d) as Gemma does
+        let d = self.config().d_model as f64;
+        self.ends.embed.forward(tokens).mul_scalar(d.sqrt() as f32)
+    }
+
+    fn blocks(&self) -> &dyn Blocks<B> {
+        &self.blocks
+    }
+
+    fn output(&self, x: Tensor<B, 3>, logits: Logits) -> Tensor<B, 3> {
+        self.ends.logits(x, logits)
     }
 }
 

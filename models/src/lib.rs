@@ -6,8 +6,8 @@
 //! backend, quantization or cache layout.
 #![warn(missing_docs)]
 
-mod any;
 pub mod bert;
+pub mod decoder;
 pub mod embed;
 mod error;
 pub mod gemma3;
@@ -16,7 +16,7 @@ pub mod llama;
 mod loader;
 pub mod split;
 
-pub use any::AnyModel;
+pub use decoder::{AnyModel, Blocks, Decoder, LanguageModel};
 pub use error::{ModelError, Result};
 pub use loader::WeightSource;
-pub use split::{ModelPart, Split};
+pub use split::Split;

@@ -4,6 +4,8 @@
 //! `llm_build_llama` / `llm_build_qwen2` graphs for the GGUF conventions. Pre-norm blocks with RMSNorm,
 //! rotary embeddings, grouped-query attention (Q/K/V biases for Qwen2) and a SwiGLU MLP.
 
+use std::ops::Range;
+
 use burn::config::Config;
 use burn::module::Module;
 use burn::tensor::{Int, Tensor};
@@ -13,13 +15,12 @@ use cinder_runtime::model::{CausalLm, Logits};
 use cinder_runtime::quant::QLinear;
 use serde::{Deserialize, Serialize};
 
+use crate::decoder::{Blocks, Decoder, LanguageModel, decoder_forward};
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
-    Embedding, Ends, OutputHead, RmsNorm, Rope, RopeStyle, heads, merge_heads, project,
-    split_heads, swiglu,
+    Ends, RmsNorm, Rope, RopeStyle, block_range, heads, merge_heads, project, split_heads, swiglu,
 };
 use crate::loader::WeightSource;
-use crate::split::{ModelPart, NO_ENDS, Staged, staged_forward};
 
 /// RoPE pairing as stored in the checkpoint (serializable mirror of [`RopeStyle`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,12 +145,9 @@ pub struct LlamaBlock<B: InferenceBackend> {
     w_down: QLinear<B>,
 }
 
-/// A Llama-family model (or the share of one that a device holds: [`ModelPart`]).
+/// Blocks `first_layer..first_layer + blocks.len()` of a Llama-family model.
 #[derive(Module, Debug)]
-pub struct Llama<B: InferenceBackend> {
-    /// embedding, final norm, head (`None` in an offloaded share)
-    ends: Option<Ends<B>>,
-    /// blocks `first_layer..first_layer + blocks.len()`
+pub struct LlamaBlocks<B: InferenceBackend> {
     blocks: Vec<LlamaBlock<B>>,
     #[module(skip)]
     first_layer: usize,
@@ -157,23 +155,41 @@ pub struct Llama<B: InferenceBackend> {
     config: LlamaConfig,
 }
 
-impl<B: InferenceBackend> Llama<B> {
-    /// Loads weights by module path: `embed`, `norm`, `lm_head` (absent => tied), and per block
-    /// `layers.{i}.{attn_norm, attn.wq, attn.wk, attn.wv, attn.wo, ffn_norm, mlp.gate, mlp.up, mlp.down}`.
-    pub fn load(config: LlamaConfig, src: &mut dyn WeightSource<B>) -> Result<Self> {
-        Self::load_part(config, src, &ModelPart::whole())
-    }
+/// A Llama-family model: the embedding and head around its blocks (all of them, or blocks `N..`
+/// when the first `N` run elsewhere: [`crate::split`]).
+#[derive(Module, Debug)]
+pub struct Llama<B: InferenceBackend> {
+    ends: Ends<B>,
+    blocks: LlamaBlocks<B>,
+}
 
-    /// Loads only `part`'s weights (layer offload puts the shares on two backends).
-    pub fn load_part(
+impl<B: InferenceBackend> LlamaBlocks<B> {
+    /// Loads blocks `layers` (clamped to the model's depth; at least one) by module path:
+    /// `layers.{i}.{attn_norm, attn.wq, attn.wk, attn.wv, attn.wo, ffn_norm, mlp.gate, mlp.up,
+    /// mlp.down}`.
+    pub fn load(
         config: LlamaConfig,
         src: &mut dyn WeightSource<B>,
-        part: &ModelPart,
+        layers: Range<usize>,
     ) -> Result<Self> {
         config.validate()?;
+        let layers = block_range("llama", config.n_layers, layers)?;
+        if layers.is_empty() {
+            return Err(ModelError::Config {
+                arch: "llama".into(),
+                reason: format!("no blocks in {layers:?}"),
+            });
+        }
+        Self::load_range(config, src, layers)
+    }
+
+    fn load_range(
+        config: LlamaConfig,
+        src: &mut dyn WeightSource<B>,
+        layers: Range<usize>,
+    ) -> Result<Self> {
         let c = &config;
         let (d, hd) = (c.d_model, c.head_dim);
-        let layers = part.resolve("llama", c.n_layers)?;
         let mut blocks = Vec::with_capacity(layers.len());
         for i in layers.clone() {
             let p = |s: &str| format!("layers.{i}.{s}");
@@ -189,33 +205,11 @@ impl<B: InferenceBackend> Llama<B> {
                 w_down: src.linear(&p("mlp.down"), d, c.ffn_dim, false)?,
             });
         }
-        let ends = if part.ends {
-            let embed = Embedding::new(src.linear("embed", c.vocab_size, d, false)?);
-            let norm = RmsNorm::new(src.vector("norm", d)?, c.rms_eps);
-            let separate = if !c.tie_embeddings && src.has("lm_head") {
-                Some(src.linear("lm_head", c.vocab_size, d, false)?)
-            } else {
-                None
-            };
-            Some(Ends {
-                embed,
-                norm,
-                head: OutputHead { separate },
-            })
-        } else {
-            None
-        };
         Ok(Self {
-            ends,
             blocks,
             first_layer: layers.start,
             config,
         })
-    }
-
-    /// The configuration.
-    pub fn config(&self) -> &LlamaConfig {
-        &self.config
     }
 
     fn rope(&self) -> Rope {
@@ -228,12 +222,8 @@ impl<B: InferenceBackend> Llama<B> {
     }
 }
 
-impl<B: InferenceBackend> Staged<B> for Llama<B> {
-    fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
-        self.ends.as_ref().expect(NO_ENDS).embed.forward(tokens)
-    }
-
-    fn run_blocks(&self, mut x: Tensor<B, 3>, cache: &mut dyn AttentionCache<B>) -> Tensor<B, 3> {
+impl<B: InferenceBackend> Blocks<B> for LlamaBlocks<B> {
+    fn run(&self, mut x: Tensor<B, 3>, cache: &mut dyn AttentionCache<B>) -> Tensor<B, 3> {
         let c = &self.config;
         let t = x.dims()[1];
         let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
@@ -263,8 +253,44 @@ impl<B: InferenceBackend> Staged<B> for Llama<B> {
         x
     }
 
-    fn output(&self, x: Tensor<B, 3>, logits: Logits) -> Tensor<B, 3> {
-        self.ends.as_ref().expect(NO_ENDS).logits(x, logits)
+    fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    fn first_layer(&self) -> usize {
+        self.first_layer
+    }
+
+    fn kv_dims(&self) -> (usize, usize) {
+        (self.config.n_kv_heads, self.config.head_dim)
+    }
+}
+
+impl<B: InferenceBackend> Llama<B> {
+    /// Loads the whole model by module path: `embed`, `norm`, `lm_head` (absent => tied), and the
+    /// blocks ([`LlamaBlocks::load`]).
+    pub fn load(config: LlamaConfig, src: &mut dyn WeightSource<B>) -> Result<Self> {
+        Self::load_layers(config, src, 0..usize::MAX)
+    }
+
+    /// Loads the ends and blocks `layers` only (clamped to the model's depth; may be empty when
+    /// every block runs elsewhere).
+    pub fn load_layers(
+        config: LlamaConfig,
+        src: &mut dyn WeightSource<B>,
+        layers: Range<usize>,
+    ) -> Result<Self> {
+        config.validate()?;
+        let layers = block_range("llama", config.n_layers, layers)?;
+        let c = &config;
+        let ends = Ends::load(src, c.vocab_size, c.d_model, c.rms_eps, !c.tie_embeddings)?;
+        let blocks = LlamaBlocks::load_range(config, src, layers)?;
+        Ok(Self { ends, blocks })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.blocks.config
     }
 }
 
@@ -275,7 +301,7 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
         cache: &mut dyn AttentionCache<B>,
         logits: Logits,
     ) -> Tensor<B, 3> {
-        staged_forward(self, tokens, cache, logits)
+        decoder_forward(self, tokens, cache, logits)
     }
 
     fn n_layers(&self) -> usize {
@@ -283,22 +309,39 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
     }
 
     fn kv_dims(&self) -> (usize, usize) {
-        (self.config.n_kv_heads, self.config.head_dim)
+        self.blocks.kv_dims()
     }
 
     fn vocab_size(&self) -> usize {
-        self.config.vocab_size
+        self.config().vocab_size
     }
 
     fn context_length(&self) -> usize {
-        self.config.context_length
+        self.config().context_length
     }
 
     fn device(&self) -> B::Device {
-        Ends::device_of(
-            self.ends.as_ref(),
-            self.blocks.first().map(|b| &b.attn_norm),
-        )
+        self.ends.device()
+    }
+}
+
+impl<B: InferenceBackend> LanguageModel<B> for Llama<B> {
+    fn arch(&self) -> &'static str {
+        "llama"
+    }
+}
+
+impl<B: InferenceBackend> Decoder<B> for Llama<B> {
+    fn embed(&self, tokens: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        self.ends.embed.forward(tokens)
+    }
+
+    fn blocks(&self) -> &dyn Blocks<B> {
+        &self.blocks
+    }
+
+    fn output(&self, x: Tensor<B, 3>, logits: Logits) -> Tensor<B, 3> {
+        self.ends.logits(x, logits)
     }
 }
 

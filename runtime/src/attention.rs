@@ -5,30 +5,50 @@
 //! (perplexity, tests), [`crate::kv::PagedKvCache`] for a ragged batch of many sequences (the engine).
 //! A model never sees how the cache is laid out.
 
-use std::any::Any;
-
 use burn::tensor::{Tensor, backend::Backend};
 
 pub use cinder_backends::attention::{
-    AttentionParams, MaskKey, PagedBatch, attention, attention_masked, causal_mask,
+    AttentionParams, MaskKey, PagedBatch, SeqSlice, attention, attention_masked, causal_mask,
 };
 
-/// A slot in which a model split across two devices keeps its other device's cache (layer
-/// offload): the slot lives in the cache the caller passes, so that state lives and dies with it.
-pub type OffloadSlot = Option<Box<dyn Any + Send>>;
-
-/// How a paged cache lays out the next forward, for a model that mirrors it into a second store on
-/// another device (layer offload).
-#[derive(Debug, Clone)]
-pub struct PagedLayout {
+/// Where a cache puts the next forward's tokens, as a paged layout whatever the cache is (a
+/// contiguous cache is one sequence over blocks `0..n` in order). A model that keeps some layers'
+/// K/V in a store of its own lays its tokens out the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheLayout {
     /// The ragged batch of the next forward.
     pub batch: PagedBatch,
-    /// Blocks per layer in the store.
+    /// Blocks per layer the cache's tables address.
     pub num_blocks: usize,
     /// Tokens per block.
     pub block_size: usize,
-    /// Copy-on-write block copies made since the previous call, in order, to repeat there.
+    /// Copy-on-write block copies made since the previous forward, in order, to repeat in such a
+    /// store.
     pub copies: Vec<(u32, u32)>,
+}
+
+/// Tokens per block of the layout a contiguous cache reports.
+const CONTIGUOUS_LAYOUT_BLOCK: usize = 16;
+
+/// The layout of `t` tokens after `past` of one sequence with room for `capacity`: blocks `0..n`
+/// in order.
+pub fn single_sequence_layout(past: usize, t: usize, capacity: usize) -> CacheLayout {
+    let bs = CONTIGUOUS_LAYOUT_BLOCK;
+    let num_blocks = capacity.max(past + t).div_ceil(bs).max(1);
+    CacheLayout {
+        batch: PagedBatch {
+            block_size: bs,
+            seqs: vec![SeqSlice {
+                q_start: 0,
+                q_len: t,
+                past,
+                blocks: (0..num_blocks as u32).collect(),
+            }],
+        },
+        num_blocks,
+        block_size: bs,
+        copies: Vec::new(),
+    }
 }
 
 /// Stores K/V across steps and computes causal attention for new tokens.
@@ -54,14 +74,9 @@ pub trait AttentionCache<B: Backend> {
     /// forward, after the last layer.
     fn advance(&mut self, t: usize);
 
-    /// The paged layout of the next forward of `t` tokens (`None`: a contiguous cache). Forgets the
-    /// block copies it returns.
-    fn paged_layout(&mut self, _t: usize) -> Option<PagedLayout> {
-        None
-    }
-
-    /// The slot a split model keeps its other device's cache in (see [`OffloadSlot`]).
-    fn offload_slot(&mut self) -> &mut OffloadSlot;
+    /// The layout of the next forward of `t` tokens ([`CacheLayout`]). Forgets the block copies it
+    /// returns.
+    fn layout(&mut self, t: usize) -> CacheLayout;
 }
 
 /// A contiguous K/V cache for one sequence: per layer, K and V grow along the time axis.
@@ -72,7 +87,6 @@ pub struct ContiguousKvCache<B: Backend> {
     capacity: usize,
     /// Masks built during the current forward, shared by the layers that need the same one.
     masks: Vec<(MaskKey, Option<Tensor<B, 4>>)>,
-    offload: OffloadSlot,
 }
 
 impl<B: Backend> ContiguousKvCache<B> {
@@ -83,7 +97,6 @@ impl<B: Backend> ContiguousKvCache<B> {
             position: 0,
             capacity,
             masks: Vec::new(),
-            offload: None,
         }
     }
 
@@ -97,7 +110,6 @@ impl<B: Backend> ContiguousKvCache<B> {
         self.layers.iter_mut().for_each(|l| *l = None);
         self.position = 0;
         self.masks.clear();
-        self.offload = None;
     }
 }
 
@@ -144,7 +156,7 @@ impl<B: Backend> AttentionCache<B> for ContiguousKvCache<B> {
         self.masks.clear();
     }
 
-    fn offload_slot(&mut self) -> &mut OffloadSlot {
-        &mut self.offload
+    fn layout(&mut self, t: usize) -> CacheLayout {
+        single_sequence_layout(self.position, t, self.capacity)
     }
 }

@@ -4,13 +4,11 @@
 use cinder_backends::InferenceBackend;
 use std::time::{Duration, Instant};
 
-use burn::tensor::{Int, Tensor, TensorData};
-
 use crate::attention::AttentionCache;
-use crate::engine::{EngineConfig, EngineCore, Event, Request};
+use crate::engine::{EngineConfig, EngineCore, Event, FinishReason, Request};
 use crate::error::{Result, RuntimeError};
 use crate::kv::KvBudget;
-use crate::model::{CausalLm, Logits};
+use crate::model::{CausalLm, Logits, logits_to_vec, token_tensor};
 use crate::sampler::SamplingParams;
 use crate::scheduler::SchedulerConfig;
 use crate::tokenizer::Tokenizer;
@@ -48,23 +46,6 @@ impl Default for GenerateOptions {
     }
 }
 
-/// Why generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// `max_tokens` reached.
-    Length,
-    /// The model produced an end-of-generation token.
-    Eos,
-    /// A stop string appeared.
-    Stop,
-    /// The caller asked to stop (or dropped the request's stream).
-    Cancelled,
-    /// The request's deadline passed.
-    Timeout,
-    /// The engine failed while running it (logged; the engine goes on with other requests).
-    Error,
-}
-
 /// The result of one generation.
 #[derive(Debug, Clone)]
 pub struct Generation {
@@ -80,21 +61,6 @@ pub struct Generation {
     pub prefill_time: Duration,
     /// Time spent on each later token.
     pub decode_times: Vec<Duration>,
-}
-
-/// Reads one row of logits back to the host.
-pub fn logits_to_vec<B: InferenceBackend>(logits: Tensor<B, 3>) -> Result<Vec<f32>> {
-    logits
-        .into_data()
-        .convert::<f32>()
-        .to_vec::<f32>()
-        .map_err(|e| RuntimeError::Readback(format!("{e:?}")))
-}
-
-/// Token ids as a `[1, t]` tensor.
-pub fn token_tensor<B: InferenceBackend>(ids: &[u32], device: &B::Device) -> Tensor<B, 2, Int> {
-    let v: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-    Tensor::from_data(TensorData::new(v, [1, ids.len()]), device)
 }
 
 /// Feeds `ids` into `cache` in chunks of [`PREFILL_CHUNK`]; returns the last position's logits.
@@ -221,79 +187,5 @@ pub fn generate_with_draft<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
             // Finished without a final event cannot happen; do not loop forever if it did.
             return Ok(out);
         }
-    }
-}
-
-/// Finds stop strings across piece boundaries, holding back text that could be the start of one.
-#[derive(Debug)]
-pub(crate) struct StopMatcher {
-    stops: Vec<String>,
-    pending: String,
-    done: bool,
-}
-
-impl StopMatcher {
-    pub(crate) fn new(stops: &[String]) -> Self {
-        Self {
-            stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
-            pending: String::new(),
-            done: false,
-        }
-    }
-
-    /// Adds `piece`; returns the text safe to emit and whether a stop string was found.
-    pub(crate) fn feed(&mut self, piece: &str) -> (String, bool) {
-        if self.done {
-            return (String::new(), true);
-        }
-        self.pending.push_str(piece);
-        if let Some(pos) = self
-            .stops
-            .iter()
-            .filter_map(|s| self.pending.find(s.as_str()))
-            .min()
-        {
-            let emit = self.pending[..pos].to_string();
-            self.pending.clear();
-            self.done = true;
-            return (emit, true);
-        }
-        // Hold back the longest suffix that is a prefix of some stop string.
-        let mut hold = 0;
-        for s in &self.stops {
-            for k in (1..s.len()).filter(|&k| s.is_char_boundary(k)) {
-                if k > hold && self.pending.ends_with(&s[..k]) {
-                    hold = k;
-                }
-            }
-        }
-        let cut = self.pending.len() - hold;
-        let emit = self.pending[..cut].to_string();
-        self.pending.drain(..cut);
-        (emit, false)
-    }
-
-    pub(crate) fn finish(&mut self) -> String {
-        std::mem::take(&mut self.pending)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::StopMatcher;
-
-    #[test]
-    fn stop_strings_across_pieces() {
-        let mut m = StopMatcher::new(&["</s>".to_string(), "\n\n".to_string()]);
-        assert_eq!(m.feed("Hello <"), ("Hello ".to_string(), false));
-        assert_eq!(m.feed("/"), (String::new(), false));
-        assert_eq!(m.feed("s> world"), (String::new(), true));
-        let mut m = StopMatcher::new(&["\n\n".to_string()]);
-        assert_eq!(m.feed("a\n"), ("a".to_string(), false));
-        assert_eq!(m.feed("b"), ("\nb".to_string(), false));
-        assert_eq!(m.feed("\n\nc"), (String::new(), true));
-        let mut m = StopMatcher::new(&["xyz".to_string()]);
-        assert_eq!(m.feed("abx"), ("ab".to_string(), false));
-        assert_eq!(m.finish(), "x");
     }
 }

@@ -1,9 +1,10 @@
 //! The interface between a model architecture and the runtime.
 
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{Int, Tensor, TensorData};
 use cinder_backends::InferenceBackend;
 
 use crate::attention::AttentionCache;
+use crate::error::{Result, RuntimeError};
 
 /// Which positions' logits a forward pass returns.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,24 +44,20 @@ pub trait CausalLm<B: InferenceBackend> {
     ) -> Tensor<B, 3>;
 
     /// Number of transformer layers whose K/V the cache passed to [`CausalLm::forward`] holds (it
-    /// needs one slot per layer): all of them, except for a model split across two devices.
+    /// needs one slot per layer). A model may keep other layers' K/V in a store of its own (a
+    /// model split across two devices).
     fn n_layers(&self) -> usize;
 
-    /// Layers a split model runs on another device, with their K/V in a store of its own there
-    /// (layer offload: `--gpu-layers`); 0 for a model on one device.
-    fn offloaded_layers(&self) -> usize {
-        0
+    /// Bytes of K/V the model keeps per cached token: K and V of the cache's layers as `B` stores
+    /// them, plus any store of its own. Sizes the cache from a memory budget.
+    fn kv_bytes_per_token(&self) -> usize {
+        let (kvh, hd) = self.kv_dims();
+        self.n_layers() * 2 * kvh * hd * B::KV_BYTES_PER_VALUE
     }
 
-    /// Bytes per cached token of those layers' store (K and V, as that device stores them); the KV
-    /// budget counts them beside the cache's own.
-    fn offloaded_kv_bytes_per_token(&self) -> usize {
-        0
-    }
-
-    /// Sets up what the model keeps beside `cache` (a split model allocates its other device's KV
-    /// store here, so that a budget the device cannot hold is refused before any request). Callers
-    /// that skip it get the same set-up on the first forward.
+    /// Sets up what the model keeps beside `cache` (a model with a K/V store of its own allocates
+    /// it here, sized after the cache's layout, so that a budget the device cannot hold is refused
+    /// before any request). Callers that skip it get the same set-up on the first forward.
     fn prepare_cache(&self, _cache: &mut dyn AttentionCache<B>) -> crate::Result<()> {
         Ok(())
     }
@@ -76,4 +73,19 @@ pub trait CausalLm<B: InferenceBackend> {
 
     /// The device the weights live on.
     fn device(&self) -> B::Device;
+}
+
+/// Reads one row of logits back to the host.
+pub fn logits_to_vec<B: InferenceBackend>(logits: Tensor<B, 3>) -> Result<Vec<f32>> {
+    logits
+        .into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .map_err(|e| RuntimeError::Readback(format!("{e:?}")))
+}
+
+/// Token ids as a `[1, t]` tensor.
+pub fn token_tensor<B: InferenceBackend>(ids: &[u32], device: &B::Device) -> Tensor<B, 2, Int> {
+    let v: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
+    Tensor::from_data(TensorData::new(v, [1, ids.len()]), device)
 }

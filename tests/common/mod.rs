@@ -13,7 +13,7 @@ use serde::Deserialize;
 /// prefix cache.
 pub fn collect_stream(
     mut s: cinder::runtime::engine::EventStream,
-) -> (Vec<u32>, cinder::runtime::generate::FinishReason, usize) {
+) -> (Vec<u32>, cinder::runtime::engine::FinishReason, usize) {
     use cinder::runtime::engine::Event;
     let mut toks = Vec::new();
     while let Some(ev) = s.blocking_next() {
@@ -28,7 +28,7 @@ pub fn collect_stream(
 /// [`collect_stream`] for a request that must run to its token limit: the token ids.
 pub fn collect_to_length(s: cinder::runtime::engine::EventStream) -> Vec<u32> {
     let (toks, reason, _) = collect_stream(s);
-    assert_eq!(reason, cinder::runtime::generate::FinishReason::Length);
+    assert_eq!(reason, cinder::runtime::engine::FinishReason::Length);
     toks
 }
 

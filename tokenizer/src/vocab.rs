@@ -5,7 +5,7 @@
 //! Why pools: a `String` per token costs a 24-byte header plus a heap block with its allocator
 //! overhead, for texts that average under 8 bytes. Held that way (texts, decoded bytes, and the
 //! Hugging Face model's two maps), SmolLM2's 49k-token vocabulary was most of the ~15 MiB of peak RSS
-//! that `cinder run` had above the weights and the code (`docs/perf.md`, stop 24).
+//! that `cinder run` had above the weights and the code (`docs/perf.md`, Memory).
 
 use super::{attr, tok_err};
 use crate::error::Result;

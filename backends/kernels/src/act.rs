@@ -149,7 +149,7 @@ pub fn quantize(kind: ActKind, x: &[f32], k: usize) -> Activations {
 
 /// Quantizes `x` block by block, on every thread for prefill-sized inputs: each block is quantized
 /// alone, so the blocks are the same either way. Serially, a 512-row activation took 3.5% of
-/// Gemma-3's pp512 (`docs/perf.md`, stop 24); a decode row is too small to share out.
+/// Gemma-3's pp512 (`docs/perf.md`, CPU kernels); a decode row is too small to share out.
 fn blocks<B: Send>(x: &[f32], qk: usize, f: impl Fn(&[f32]) -> B + Sync + Send) -> Vec<B> {
     use rayon::prelude::*;
     if x.len() >= PARALLEL_MIN {

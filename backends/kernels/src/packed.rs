@@ -351,7 +351,7 @@ pub fn matmul_packed_many_with(
 /// groups (here and in the row-at-a-time path of `matmul_with`). Splitting groups keeps every task
 /// on all rows, so each task's outputs are a column block of `y` and were gathered in a scratch
 /// buffer, then copied on one thread: at prefill sizes that copy and the scratch's page faults took
-/// ~6% of Gemma-3's pp512 (`docs/perf.md`, stop 24).
+/// ~6% of Gemma-3's pp512 (`docs/perf.md`, CPU kernels).
 pub(crate) const ROW_SPLIT_MIN: usize = 16;
 
 /// Activation rows per task in the row split: about four tasks per thread over all the weights,

@@ -26,8 +26,8 @@ use cinder_tokenizer::Tokenizer;
 
 use crate::error::{ImportError, Result};
 use crate::gguf_weights::StoredTensor;
-use crate::load::{ArchConfig, LoadedModel, ModelInfo};
-use cinder_models::ModelPart;
+use crate::gguf_weights::TensorStore;
+use crate::load::{ArchConfig, Build, Loaded, ModelInfo};
 use manifest::{FileDigest, MANIFEST, Manifest, SourceInfo, TensorEntry};
 
 /// What `import` may be told.
@@ -77,17 +77,13 @@ struct Parts {
 }
 
 impl Parts {
-    /// Checks the tokenizer against the model and builds the model on `device`.
-    fn build<B: InferenceBackend>(
-        &self,
-        device: &B::Device,
-        part: &ModelPart,
-    ) -> Result<cinder_models::AnyModel<B>> {
+    /// Checks the tokenizer against the model and builds `build` from the tensors.
+    fn build<T>(&self, build: Build<'_, T>) -> Result<T> {
         self.tokenizer
             .validate_against_model(self.config.vocab_size())
             .map_err(|e| ImportError::TokenizerMismatch(e.to_string()))?;
         let store: HashMap<String, StoredTensor> = self.tensors.iter().cloned().collect();
-        self.config.build_part::<B, _>(&store, device, part)
+        build(&self.config, &store as &dyn TensorStore)
     }
 
     /// Parameter count and tensors per storage type.
@@ -309,7 +305,7 @@ pub fn import<B: InferenceBackend>(
         quantize_tensors(&mut parts.tensors, ty)?;
     }
     // Validate before writing: the model must build from these tensors, and the tokenizer fit it.
-    drop(parts.build::<B>(device, &ModelPart::whole())?);
+    drop(parts.build(Box::new(|c, s| c.build::<B, _>(s, device)))?);
 
     let tmp = out.with_extension(format!("partial-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
@@ -390,22 +386,14 @@ fn write_record(
     Ok(m)
 }
 
-/// Loads a record directory on `device`, verifying the manifest's seal and every file's sha256.
+/// Reads a record directory and builds `build` from it, verifying the manifest's seal and every
+/// file's sha256.
 ///
 /// The hashing runs beside the parsing (`model.bpk` on one thread, the small files on another,
 /// tokenizer and model built on this one), so verification costs no wall time on a 2-core machine;
 /// the model is handed out only after every hash matched, and a changed file is reported as such
 /// even if parsing it failed first.
-pub fn load_record<B: InferenceBackend>(dir: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
-    load_record_part(dir, device, &ModelPart::whole())
-}
-
-/// [`load_record`], building only `part` of the model.
-pub fn load_record_part<B: InferenceBackend>(
-    dir: &Path,
-    device: &B::Device,
-    part: &ModelPart,
-) -> Result<LoadedModel<B>> {
+pub(crate) fn load_record_with<T>(dir: &Path, build: Build<'_, T>) -> Result<Loaded<T>> {
     let m = Manifest::read(dir)?;
     let pack_entry = m.file(pack::PACK)?.clone();
     let small: Vec<&FileDigest> = m.files.iter().filter(|f| f.path != pack::PACK).collect();
@@ -413,7 +401,7 @@ pub fn load_record_part<B: InferenceBackend>(
         let big = s.spawn(|| manifest::verify_file(dir, &pack_entry));
         let rest = s.spawn(|| small.iter().try_for_each(|f| manifest::verify_file(dir, f)));
         let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            build_from_record::<B>(dir, &m, device, part)
+            build_from_record(dir, &m, build)
         }));
         let joined = |h: std::thread::ScopedJoinHandle<'_, Result<()>>| {
             h.join()
@@ -423,7 +411,7 @@ pub fn load_record_part<B: InferenceBackend>(
         (built, verified)
     });
     verified?;
-    let (model, tokenizer) = built.map_err(|_| {
+    let (built, tokenizer) = built.map_err(|_| {
         rec_err(
             dir,
             "the record could not be parsed (panic while reading it)",
@@ -441,21 +429,16 @@ pub fn load_record_part<B: InferenceBackend>(
         type_histogram,
         tokenizer_model: format!("{:?}", tokenizer.kind).to_lowercase(),
     };
-    tracing::info!(arch = %info.arch, params = info.n_params, "record loaded and verified");
-    Ok(LoadedModel {
-        model,
-        tokenizer: std::sync::Arc::new(tokenizer),
+    tracing::info!(arch = %info.arch, params = info.n_params, "record read and verified");
+    Ok(Loaded {
+        built,
+        tokenizer,
         info,
     })
 }
 
 /// Parses `config.json`, the tokenizer and `model.bpk` (the caller proves their hashes).
-fn build_from_record<B: InferenceBackend>(
-    dir: &Path,
-    m: &Manifest,
-    device: &B::Device,
-    part: &ModelPart,
-) -> Result<(cinder_models::AnyModel<B>, Tokenizer)> {
+fn build_from_record<T>(dir: &Path, m: &Manifest, build: Build<'_, T>) -> Result<(T, Tokenizer)> {
     let config: ArchConfig = {
         let p = dir.join("config.json");
         let text = std::fs::read_to_string(&p).map_err(io_err(&p))?;
@@ -470,25 +453,18 @@ fn build_from_record<B: InferenceBackend>(
         .validate_against_model(config.vocab_size())
         .map_err(|e| ImportError::TokenizerMismatch(e.to_string()))?;
     let tensors = pack::read(&dir.join(pack::PACK), &m.tensors)?;
-    let model = config.build_part::<B, _>(&tensors, device, part)?;
-    Ok((model, tokenizer))
+    let built = build(&config, &tensors as &dyn TensorStore)?;
+    Ok((built, tokenizer))
 }
 
-/// Loads an HF SafeTensors checkpoint directory directly (converted in memory as `import` would).
-pub fn load_hf<B: InferenceBackend>(dir: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
-    load_hf_part(dir, device, &ModelPart::whole())
-}
-
-fn load_hf_part<B: InferenceBackend>(
-    dir: &Path,
-    device: &B::Device,
-    part: &ModelPart,
-) -> Result<LoadedModel<B>> {
+/// Reads an HF SafeTensors checkpoint directory (converted in memory as `import` would) and builds
+/// `build` from it.
+pub(crate) fn load_hf_with<T>(dir: &Path, build: Build<'_, T>) -> Result<Loaded<T>> {
     let parts = hf_parts(dir, None)?;
-    let model = parts.build::<B>(device, part)?;
+    let built = parts.build(build)?;
     let (n_params, type_histogram) = parts.summary();
-    Ok(LoadedModel {
-        model,
+    Ok(Loaded {
+        built,
         info: ModelInfo {
             path: dir.to_path_buf(),
             arch: parts.arch,
@@ -499,33 +475,6 @@ fn load_hf_part<B: InferenceBackend>(
             type_histogram,
             tokenizer_model: format!("{:?}", parts.tokenizer.kind).to_lowercase(),
         },
-        tokenizer: std::sync::Arc::new(parts.tokenizer),
+        tokenizer: parts.tokenizer,
     })
-}
-
-/// Loads any LLM path: a record directory, an HF SafeTensors checkpoint directory, or a GGUF file.
-pub fn load_model<B: InferenceBackend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
-    load_model_part(path, device, &ModelPart::whole())
-}
-
-/// [`load_model`], building only `part` of the model (one device's share under layer offload).
-pub fn load_model_part<B: InferenceBackend>(
-    path: &Path,
-    device: &B::Device,
-    part: &ModelPart,
-) -> Result<LoadedModel<B>> {
-    crate::embedding::refuse_pickle(path)?;
-    if is_record(path) {
-        load_record_part(path, device, part)
-    } else if path.is_dir() && crate::hf_llama::is_hf_checkpoint(path) {
-        load_hf_part(path, device, part)
-    } else if path.is_dir() {
-        Err(rec_err(
-            path,
-            "a directory that is neither a Cinder record (manifest.json) nor an HF checkpoint \
-             (config.json + model.safetensors)",
-        ))
-    } else {
-        crate::load::load_gguf_part(path, device, part)
-    }
 }

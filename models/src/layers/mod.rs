@@ -1,11 +1,16 @@
 //! Blocks shared by the architectures: RMSNorm, rotary embeddings, activations, the token embedding and
 //! the output projection.
 
+use std::ops::Range;
+
 use burn::module::{Module, Param};
 use burn::tensor::{Int, Tensor, TensorData};
 use cinder_runtime::InferenceBackend;
 use cinder_runtime::model::Logits;
 use cinder_runtime::quant::QLinear;
+
+use crate::error::{ModelError, Result};
+use crate::loader::WeightSource;
 
 /// Root-mean-square layer norm: `x / sqrt(mean(x²) + eps) * w` over the last axis.
 #[derive(Module, Debug)]
@@ -294,18 +299,48 @@ pub struct Ends<B: InferenceBackend> {
 }
 
 impl<B: InferenceBackend> Ends<B> {
-    /// The device of a model part: its ends' when it holds them, else its first block's norm
-    /// (`first_block_norm`). A part always holds one or the other (`ModelPart::resolve`).
-    pub fn device_of(ends: Option<&Self>, first_block_norm: Option<&RmsNorm<B>>) -> B::Device {
-        match (ends, first_block_norm) {
-            (Some(e), _) => e.norm.weight.val().device(),
-            (None, Some(n)) => n.weight.val().device(),
-            (None, None) => unreachable!("ModelPart::resolve refuses a part holding nothing"),
-        }
+    /// Loads `embed` `[vocab, d]`, `norm` `[d]` and, when `separate_head` allows it and the source
+    /// has one, `lm_head` (otherwise the embedding is the tied head).
+    pub fn load(
+        src: &mut dyn WeightSource<B>,
+        vocab: usize,
+        d: usize,
+        eps: f64,
+        separate_head: bool,
+    ) -> Result<Self> {
+        let embed = Embedding::new(src.linear("embed", vocab, d, false)?);
+        let norm = RmsNorm::new(src.vector("norm", d)?, eps);
+        let separate = if separate_head && src.has("lm_head") {
+            Some(src.linear("lm_head", vocab, d, false)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            embed,
+            norm,
+            head: OutputHead { separate },
+        })
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> B::Device {
+        self.norm.weight.val().device()
     }
 
     /// Hidden states `[b, t, d]` -> logits `[b, n, vocab]` of the positions `logits` asks for.
     pub fn logits(&self, x: Tensor<B, 3>, logits: Logits) -> Tensor<B, 3> {
         final_logits(x, logits, &self.norm, &self.head, &self.embed)
     }
+}
+
+/// Blocks `layers` of a model of `n_layers`, clamped to its depth (`0..usize::MAX` is all of them);
+/// a range that starts past the end is refused.
+pub fn block_range(arch: &str, n_layers: usize, layers: Range<usize>) -> Result<Range<usize>> {
+    if layers.start > n_layers || layers.start > layers.end {
+        return Err(ModelError::Config {
+            arch: arch.into(),
+            reason: format!("blocks {layers:?} of a model of {n_layers}"),
+        });
+    }
+    Ok(layers.start..layers.end.min(n_layers))
 }

@@ -19,17 +19,19 @@ use serde::Serialize;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::error::{Result, RuntimeError};
-use crate::generate::{FinishReason, StopMatcher, logits_to_vec};
 use crate::kv::{BlockManager, KvBudget, PagedKvCache, SeqId};
-use crate::model::{CausalLm, Logits};
+use crate::model::{CausalLm, Logits, logits_to_vec};
 use crate::sampler::{Sampler, SamplingParams};
 use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
 use crate::tokenizer::{Detokenizer, Tokenizer};
 
 mod draft;
+mod finish;
 pub mod spec;
 mod thread;
 pub use draft::check_draft_tokenizer;
+pub use finish::FinishReason;
+use finish::StopMatcher;
 pub use spec::SpeculativeConfig;
 pub use thread::{Engine, EngineHandle};
 
@@ -701,10 +703,8 @@ fn kv_blocks<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
             "block_size, max_batched_tokens and max_seqs must be at least 1".into(),
         ));
     }
-    let (kvh, hd) = model.kv_dims();
-    // A split model's offloaded layers hold the same blocks in a store on the other device.
-    let per_token = (model.n_layers() * 2 * kvh * hd * B::KV_BYTES_PER_VALUE
-        + model.offloaded_kv_bytes_per_token()) as u64;
+    // Every store the model writes counts (a split model's other device holds the same blocks).
+    let per_token = model.kv_bytes_per_token() as u64;
     let budget = cfg.kv_budget.unwrap_or_else(|| {
         default_kv_budget(
             per_token,

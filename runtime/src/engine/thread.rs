@@ -12,8 +12,8 @@ use super::{
     Counters, EngineConfig, EngineCore, EngineStats, Event, EventStream, Request, Usage, kv_blocks,
     validate_request,
 };
+use crate::engine::FinishReason;
 use crate::error::{Result, RuntimeError};
-use crate::generate::FinishReason;
 use crate::kv::SeqId;
 use crate::model::CausalLm;
 use crate::tokenizer::Tokenizer;

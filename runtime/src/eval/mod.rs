@@ -9,8 +9,8 @@ pub mod kld;
 
 use crate::attention::ContiguousKvCache;
 use crate::error::{Result, RuntimeError};
-use crate::generate::{logits_to_vec, token_tensor};
 use crate::model::{CausalLm, Logits};
+use crate::model::{logits_to_vec, token_tensor};
 use crate::sampler::log_prob;
 use cinder_backends::InferenceBackend;
 

@@ -6,13 +6,14 @@ use burn::tensor::Tensor;
 use cinder_backends::InferenceBackend;
 use cinder_backends::attention::{KvShape, PagedBatch, SeqSlice};
 
-use crate::attention::{AttentionCache, AttentionParams, OffloadSlot, PagedLayout};
+use crate::attention::{AttentionCache, AttentionParams, CacheLayout};
 use crate::error::{Result, RuntimeError};
 
 /// How much memory the KV cache may take.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvBudget {
-    /// At most this many bytes (K and V of every layer, f32).
+    /// At most this many bytes (K and V of every layer, as the backend stores them: f16 in the
+    /// CPU kernels' store, f32 in the generic one; `KvOps::KV_BYTES_PER_VALUE`).
     Bytes(u64),
     /// Room for this many tokens (summed over all sequences).
     Tokens(usize),
@@ -37,9 +38,7 @@ pub struct PagedKvCache<B: InferenceBackend> {
     layers: Vec<B::KvLayer>,
     shape: KvShape,
     batch: PagedBatch,
-    offload: OffloadSlot,
-    /// Block copies not yet handed to a split model's other store (logged only while one is
-    /// attached).
+    /// Block copies made since the last forward ended ([`AttentionCache::layout`] hands them out).
     copy_log: Vec<(u32, u32)>,
 }
 
@@ -79,7 +78,6 @@ impl<B: InferenceBackend> PagedKvCache<B> {
                 block_size,
                 seqs: Vec::new(),
             },
-            offload: None,
             copy_log: Vec::new(),
         })
     }
@@ -111,9 +109,7 @@ impl<B: InferenceBackend> PagedKvCache<B> {
                 B::kv_copy_block(kv, s, d);
             }
         }
-        if self.offload.is_some() {
-            self.copy_log.extend_from_slice(copies);
-        }
+        self.copy_log.extend_from_slice(copies);
     }
 }
 
@@ -141,20 +137,18 @@ impl<B: InferenceBackend> AttentionCache<B> for PagedKvCache<B> {
     }
 
     fn advance(&mut self, _t: usize) {
-        // Positions live in the block manager's tables; the engine advances them.
+        // Positions live in the block manager's tables; the engine advances them. The forward is
+        // over: its block copies were made in every layer here (and handed to whoever asked).
+        self.copy_log.clear();
     }
 
-    fn paged_layout(&mut self, _t: usize) -> Option<PagedLayout> {
-        Some(PagedLayout {
+    fn layout(&mut self, _t: usize) -> CacheLayout {
+        CacheLayout {
             batch: self.batch.clone(),
             num_blocks: self.shape.blocks,
             block_size: self.shape.block_size,
             copies: std::mem::take(&mut self.copy_log),
-        })
-    }
-
-    fn offload_slot(&mut self) -> &mut OffloadSlot {
-        &mut self.offload
+        }
     }
 }
 
@@ -224,12 +218,8 @@ impl<B: InferenceBackend> AttentionCache<B> for SeqPagedCache<B> {
         self.past += t;
     }
 
-    fn paged_layout(&mut self, t: usize) -> Option<PagedLayout> {
+    fn layout(&mut self, t: usize) -> CacheLayout {
         self.set_layout(t);
-        self.inner.paged_layout(t)
-    }
-
-    fn offload_slot(&mut self) -> &mut OffloadSlot {
-        self.inner.offload_slot()
+        self.inner.layout(t)
     }
 }

@@ -52,6 +52,8 @@ pub struct Task {
     pub kind: BackendKind,
     /// requested threads
     pub threads: Option<usize>,
+    /// how the model is loaded (`--gpu-layers`)
+    pub loader: crate::Loader,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -71,7 +73,8 @@ impl BackendTask for Task {
     type Output = Result<()>;
     fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
         let a = self.args;
-        let m = crate::load_model::<B>(&a.model, &device)?;
+        let loader = self.loader;
+        let m = loader.load::<B>(&a.model, &device)?;
         let model = &m.model;
         let vocab = model.vocab_size() as u32;
         let lens: Vec<usize> = a.prompt_tokens.iter().copied().filter(|&n| n > 0).collect();
@@ -128,7 +131,7 @@ impl BackendTask for Task {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
                     .with_context(|| format!("reading {}", p.display()))?;
-                let draft = a.engine.spec.load_draft(&m, &device)?;
+                let draft = a.engine.spec.load_draft(&loader, &m, &device)?;
                 Some(crate::bench_spec::run(
                     &m,
                     &cfg,

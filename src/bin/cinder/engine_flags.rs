@@ -81,6 +81,7 @@ impl SpecFlags {
     /// against the target's tokenizer; `None` for the other modes.
     pub fn load_draft<B: InferenceBackend>(
         &self,
+        loader: &crate::Loader,
         target: &LoadedModel<B>,
         device: &B::Device,
     ) -> Result<Option<LoadedModel<B>>> {
@@ -90,7 +91,8 @@ impl SpecFlags {
         if name.is_empty() {
             bail!("--speculative draft:MODEL: name the draft model (catalog name or path)");
         }
-        let d = crate::load_model::<B>(name, device)
+        let d = loader
+            .load::<B>(name, device)
             .with_context(|| format!("--speculative draft:{name}"))?;
         check_draft_tokenizer(&target.tokenizer, &d.tokenizer)
             .with_context(|| format!("--speculative draft:{name}"))?;

@@ -54,7 +54,7 @@ pub struct EvalQuantArgs {
 }
 
 /// Runs on backend `B`.
-pub struct Task(pub EvalQuantArgs);
+pub struct Task(pub EvalQuantArgs, pub crate::Loader);
 
 const TIER_NAMES: [&str; 3] = ["safety-critical", "production", "throughput-first"];
 
@@ -115,7 +115,7 @@ impl BackendTask for Task {
             ),
         };
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let result = run_all::<B>(&a, &src, &text, &dir, &device);
+        let result = run_all::<B>(&a, &self.1, &src, &text, &dir, &device);
         if temporary {
             let _ = std::fs::remove_dir_all(&dir);
         }
@@ -132,6 +132,7 @@ impl BackendTask for Task {
 
 fn run_all<B: InferenceBackend>(
     a: &EvalQuantArgs,
+    loader: &crate::Loader,
     src: &Path,
     text: &str,
     dir: &Path,
@@ -144,7 +145,7 @@ fn run_all<B: InferenceBackend>(
     eprintln!("baseline: {} -> {}", src.display(), base_path.display());
     crate::quantize::convert(src, &base_path, &a.baseline, true)?;
     let score = |path: &Path, save: bool, base: Option<&BaseLogits>| -> Result<Evaluation> {
-        let m = crate::load_model::<B>(&path.to_string_lossy(), device)?;
+        let m = loader.load::<B>(&path.to_string_lossy(), device)?;
         let tokens = m.tokenizer.encode(text, true)?;
         let bos = if m.tokenizer.add_bos {
             m.tokenizer.bos_id

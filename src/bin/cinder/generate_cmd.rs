@@ -99,14 +99,14 @@ fn stream_to_stdout(piece: &str) -> bool {
 }
 
 /// Runs `cinder run` on backend `B`.
-pub struct RunTask(pub RunArgs);
+pub struct RunTask(pub RunArgs, pub crate::Loader);
 
 impl BackendTask for RunTask {
     type Output = Result<()>;
     fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
-        let a = self.0;
-        let m = crate::load_model::<B>(&a.model, &device)?;
-        let draft = a.sampling.spec.load_draft(&m, &device)?;
+        let (a, loader) = (self.0, self.1);
+        let m = loader.load::<B>(&a.model, &device)?;
+        let draft = a.sampling.spec.load_draft(&loader, &m, &device)?;
         let ids = m.tokenizer.encode(&a.prompt, true)?;
         let out = generate_with_draft(
             &m.model,
@@ -142,14 +142,14 @@ fn report(out: &Generation) {
 }
 
 /// Runs `cinder chat` on backend `B`.
-pub struct ChatTask(pub ChatArgs);
+pub struct ChatTask(pub ChatArgs, pub crate::Loader);
 
 impl BackendTask for ChatTask {
     type Output = Result<()>;
     fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
-        let a = self.0;
-        let m = crate::load_model::<B>(&a.model, &device)?;
-        let draft = a.sampling.spec.load_draft(&m, &device)?;
+        let (a, loader) = (self.0, self.1);
+        let m = loader.load::<B>(&a.model, &device)?;
+        let draft = a.sampling.spec.load_draft(&loader, &m, &device)?;
         let draft = draft
             .as_ref()
             .map(|d| &d.model as &(dyn CausalLm<B> + Sync));

@@ -16,10 +16,10 @@ mod quantize;
 mod serve;
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 use cinder::backends::{self, BackendKind};
+use cinder::importer::Offload;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
@@ -101,24 +101,28 @@ pub fn resolve_model(model: &str) -> Result<PathBuf> {
     Ok(r.path)
 }
 
-/// Layer offload (`--gpu-layers`): the accelerator and the layers it runs.
-type Offload = (BackendKind, usize);
+/// How this run loads language models: whole, or split with an accelerator (`--gpu-layers`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Loader {
+    /// the accelerator and the layers it runs
+    pub offload: Option<Offload>,
+}
 
-/// This run's layer offload.
-static OFFLOAD: OnceLock<Offload> = OnceLock::new();
-
-/// Resolves MODEL and loads it (GGUF file, record directory or HF checkpoint) on `device`, split
-/// with the accelerator when `--gpu-layers` asks for it.
-pub fn load_model<B: cinder::backends::InferenceBackend>(
-    model: &str,
-    device: &B::Device,
-) -> Result<cinder::importer::LoadedModel<B>> {
-    let path = resolve_model(model)?;
-    let loaded = match OFFLOAD.get() {
-        Some(&(accel, n)) => cinder::importer::load_model_offloaded::<B>(&path, device, accel, n),
-        None => cinder::importer::load_model::<B>(&path, device),
-    };
-    loaded.with_context(|| format!("loading {}", path.display()))
+impl Loader {
+    /// Resolves MODEL and loads it (GGUF file, record directory or HF checkpoint) on `device`,
+    /// split with the accelerator when `--gpu-layers` asks for it.
+    pub fn load<B: cinder::backends::InferenceBackend>(
+        &self,
+        model: &str,
+        device: &B::Device,
+    ) -> Result<cinder::importer::LoadedModel<B>> {
+        let path = resolve_model(model)?;
+        let loaded = match self.offload {
+            Some(o) => cinder::importer::load_model_offloaded::<B>(&path, device, o),
+            None => cinder::importer::load_model::<B>(&path, device),
+        };
+        loaded.with_context(|| format!("loading {}", path.display()))
+    }
 }
 
 /// Splits `--backend` and `--gpu-layers N` into the backend to run on (the CPU side) and, when
@@ -157,7 +161,10 @@ fn pick_offload(
     let cpu = cpu.context(
         "--gpu-layers runs the layers it does not offload on a CPU backend; none is compiled in",
     )?;
-    Ok((Some(cpu.name().to_string()), Some((accel, n))))
+    Ok((
+        Some(cpu.name().to_string()),
+        Some(Offload { accel, layers: n }),
+    ))
 }
 
 fn init_logging(verbose: u8) {
@@ -217,7 +224,7 @@ fn main() -> Result<()> {
         }
         _ => {
             let (backend, offload) = pick_offload(cli.backend.as_deref(), cli.gpu_layers)?;
-            if let Some((accel, n)) = offload {
+            if let Some(Offload { accel, layers: n }) = offload {
                 if !matches!(
                     cli.cmd,
                     Command::Run(_)
@@ -234,24 +241,25 @@ fn main() -> Result<()> {
                 if !accel.is_compiled() {
                     anyhow::bail!(backends::BackendError::not_compiled(accel));
                 }
-                let _ = OFFLOAD.set((accel, n));
                 tracing::info!(accelerator = %accel, layers = n, "layer offload");
             }
             let kind = pick_backend(backend.as_deref(), cli.threads)?;
             tracing::info!(backend = %kind, "backend selected");
             let threads = cli.threads;
+            let loader = Loader { offload };
             match cli.cmd {
-                Command::Run(a) => backends::dispatch(kind, generate_cmd::RunTask(a))?,
-                Command::Chat(a) => backends::dispatch(kind, generate_cmd::ChatTask(a))?,
-                Command::Perplexity(a) => backends::dispatch(kind, perplexity::Task(a))?,
-                Command::EvalQuant(a) => backends::dispatch(kind, eval_quant::Task(a))?,
-                Command::Serve(a) => backends::dispatch(kind, serve::ServeTask(a))?,
+                Command::Run(a) => backends::dispatch(kind, generate_cmd::RunTask(a, loader))?,
+                Command::Chat(a) => backends::dispatch(kind, generate_cmd::ChatTask(a, loader))?,
+                Command::Perplexity(a) => backends::dispatch(kind, perplexity::Task(a, loader))?,
+                Command::EvalQuant(a) => backends::dispatch(kind, eval_quant::Task(a, loader))?,
+                Command::Serve(a) => backends::dispatch(kind, serve::ServeTask(a, loader))?,
                 Command::Bench(a) => backends::dispatch(
                     kind,
                     bench::Task {
                         args: a,
                         kind,
                         threads,
+                        loader,
                     },
                 )?,
                 Command::Embed(a) => backends::dispatch(kind, embed_cmd::EmbedTask(a))?,

@@ -50,14 +50,14 @@ pub fn read_text(file: &str) -> Result<String> {
 }
 
 /// Runs on backend `B`.
-pub struct Task(pub PerplexityArgs);
+pub struct Task(pub PerplexityArgs, pub crate::Loader);
 
 impl BackendTask for Task {
     type Output = Result<()>;
     fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
         let a = self.0;
         let text = read_text(&a.file)?;
-        let m = crate::load_model::<B>(&a.model, &device)?;
+        let m = self.1.load::<B>(&a.model, &device)?;
         // As llama-perplexity: tokenize the whole text, BOS at the very start only if the model adds it.
         let tokens = m.tokenizer.encode(&text, true)?;
         let bos = if m.tokenizer.add_bos {

@@ -58,17 +58,17 @@ pub struct ServeArgs {
 }
 
 /// Runs `cinder serve` on backend `B`.
-pub struct ServeTask(pub ServeArgs);
+pub struct ServeTask(pub ServeArgs, pub crate::Loader);
 
 impl BackendTask for ServeTask {
     type Output = Result<()>;
     fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
-        let a = self.0;
+        let (a, loader) = (self.0, self.1);
         if !(a.request_timeout > 0.0 && a.request_timeout.is_finite()) {
             anyhow::bail!("--request-timeout must be a positive number of seconds");
         }
-        let m = crate::load_model::<B>(&a.model, &device)?;
-        let draft = a.engine.spec.load_draft(&m, &device)?;
+        let m = loader.load::<B>(&a.model, &device)?;
+        let draft = a.engine.spec.load_draft(&loader, &m, &device)?;
         let engine = Engine::start_with_draft::<B, _>(
             m.model.clone(),
             draft.map(|d| Box::new(d.model) as Box<dyn CausalLm<B> + Send + Sync>),
