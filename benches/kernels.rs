@@ -145,6 +145,7 @@ impl BackendTask for Attention<'_> {
                 Tensor::<B, 4>::from_data(TensorData::new(v, [1, h, seqs, hd]), &device)
             };
             let (q, k, v) = (t4(heads, 0.37), t4(kv_heads, 0.53), t4(kv_heads, 0.71));
+            let step = B::kv_step(&batch, &device);
             g.throughput(Throughput::Elements(seqs as u64));
             g.bench_function(format!("{seqs}x_decode_after_{past}"), |b| {
                 b.iter(|| {
@@ -155,6 +156,7 @@ impl BackendTask for Attention<'_> {
                         k.clone(),
                         v.clone(),
                         &batch,
+                        &step,
                         &params,
                     );
                     B::sync(&device).ok();

@@ -10,6 +10,7 @@
 //! | [`FusedOps`] | [`crate::fused`] | RMSNorm, SwiGLU/GEGLU gates |
 //! | [`EncoderOps`] | [`crate::encoder`] | layer norm, exact GELU, bidirectional attention |
 //! | [`MemoryOps`] | [`crate::memory`] | the device's total and free memory |
+//! | [`SampleOps`] | [`crate::sample`] | greedy sampling on the device |
 //!
 //! A new backend implements each group (the defaults of `FusedOps`, `EncoderOps` and `MemoryOps` are
 //! generic Burn ops; `QuantOps` and `KvOps` have generic fallbacks in `quant::dense` and
@@ -21,10 +22,13 @@ use crate::encoder::EncoderOps;
 use crate::fused::FusedOps;
 use crate::memory::MemoryOps;
 use crate::quant::QuantOps;
+use crate::sample::SampleOps;
 
 /// A Burn backend with every op group inference needs. Models and the runtime are written against
 /// it; [`crate::dispatch`] picks the concrete one.
-pub trait InferenceBackend: QuantOps + KvOps + FusedOps + EncoderOps + MemoryOps {
+pub trait InferenceBackend:
+    QuantOps + KvOps + FusedOps + EncoderOps + MemoryOps + SampleOps
+{
     /// Which of Cinder's backends this is.
     const KIND: BackendKind;
 }

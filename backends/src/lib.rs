@@ -14,12 +14,14 @@ use std::str::FromStr;
 pub mod act;
 pub mod attention;
 mod backend;
+pub mod counters;
 pub mod encoder;
 pub mod fused;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 pub mod host;
 pub mod memory;
 pub mod quant;
+pub mod sample;
 
 pub use attention::KvOps;
 pub use backend::InferenceBackend;
@@ -29,6 +31,7 @@ pub use encoder::EncoderOps;
 pub use fused::FusedOps;
 pub use memory::MemoryOps;
 pub use quant::{QWeight, QuantOps};
+pub use sample::SampleOps;
 
 /// Errors choosing or starting a backend.
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +63,9 @@ pub enum BackendError {
     /// A paged-attention layout or KV store that cannot work (a scheduler bug, or a store too large).
     #[error("paged KV: {0}")]
     Layout(String),
+    /// Reading a tensor back from the device failed.
+    #[error("device readback: {0}")]
+    Readback(String),
     /// The thread pool could not be configured.
     #[error("cannot set up {threads} CPU threads: {reason}")]
     Threads {

@@ -221,16 +221,18 @@ impl<B: InferenceBackend> Blocks<B> for Gemma3Blocks<B> {
             style: RopeStyle::Neox,
             linear_scale: 1.0,
         }
-        .angles::<B>(&positions, hd, &[h, kvh], &device);
+        .angles::<B>(&positions, hd, &device);
         let rope_global = Rope {
             n_rot: hd,
             theta: c.rope_theta_global,
             style: RopeStyle::Neox,
             linear_scale: c.rope_linear_scale_global,
         }
-        .angles::<B>(&positions, hd, &[h, kvh], &device);
+        .angles::<B>(&positions, hd, &device);
         let scale = (1.0 / c.query_pre_attn_scalar.sqrt()) as f32;
-        // x: [b, t, d]; cache layer j is block first_layer + j
+        // x: [b, t, d], the residual stream; cache layer j is block first_layer + j. Each block's
+        // last product is added to it by the next block's first norm (the add fused with the norm).
+        let mut pending = None;
         for (j, blk) in self.blocks.iter().enumerate() {
             let global = c.is_global(self.first_layer + j);
             let rope = if global { &rope_global } else { &rope_local };
@@ -239,7 +241,7 @@ impl<B: InferenceBackend> Blocks<B> for Gemma3Blocks<B> {
                 sliding_window: (!global).then_some(c.sliding_window),
                 softcap: None,
             };
-            let n = blk.attn_norm.forward(x.clone());
+            let (xs, n) = blk.attn_norm.forward_add(x, pending.take());
             // q [b, h, t, hd]; k, v [b, kvh, t, hd]; QK-norm over hd, then RoPE
             let [q, k, v] = project(n, [&blk.wq, &blk.wk, &blk.wv]);
             let q = blk.q_norm.forward(heads(q, h, hd));
@@ -248,13 +250,17 @@ impl<B: InferenceBackend> Blocks<B> for Gemma3Blocks<B> {
             let q = rope.apply(q).swap_dims(1, 2);
             let k = rope.apply(k).swap_dims(1, 2);
             let a = merge_heads(cache.attend(j, q, k, v, &params));
-            x = x + blk.post_attn_norm.forward(blk.wo.forward(a));
-            let n = blk.ffn_norm.forward(x.clone());
+            let attn = blk.post_attn_norm.forward(blk.wo.forward(a));
+            let (xs, n) = blk.ffn_norm.forward_add(xs, Some(attn));
             let [g, u] = project(n, [&blk.w_gate, &blk.w_up]);
             let g = geglu(g, u);
-            x = x + blk.post_ffn_norm.forward(blk.w_down.forward(g));
+            x = xs;
+            pending = Some(blk.post_ffn_norm.forward(blk.w_down.forward(g)));
         }
-        x
+        match pending {
+            Some(p) => x + p,
+            None => x,
+        }
     }
 
     fn len(&self) -> usize {

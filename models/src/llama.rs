@@ -229,28 +229,33 @@ impl<B: InferenceBackend> Blocks<B> for LlamaBlocks<B> {
         let (h, kvh, hd) = (c.n_heads, c.n_kv_heads, c.head_dim);
         let rope = self
             .rope()
-            .angles::<B>(&cache.positions(t), hd, &[h, kvh], &x.device());
+            .angles::<B>(&cache.positions(t), hd, &x.device());
         let params = AttentionParams {
             scale: 1.0 / (hd as f32).sqrt(),
             sliding_window: c.sliding_window,
             softcap: None,
         };
-        // x: [b, t, d]
+        // x: [b, t, d], the residual stream; each block's last product is added to it by the
+        // next block's first norm (the add fused with the norm).
+        let mut pending = None;
         for (i, blk) in self.blocks.iter().enumerate() {
-            let n = blk.attn_norm.forward(x.clone());
+            let (xs, n) = blk.attn_norm.forward_add(x, pending.take());
             // q [b, h, t, hd]; k, v [b, kvh, t, hd]
             let [q, k, v] = project(n, [&blk.wq, &blk.wk, &blk.wv]);
             let q = rope.apply(heads(q, h, hd)).swap_dims(1, 2);
             let k = rope.apply(heads(k, kvh, hd)).swap_dims(1, 2);
             let v = split_heads(v, kvh, hd);
             let a = merge_heads(cache.attend(i, q, k, v, &params));
-            x = x + blk.wo.forward(a);
-            let n = blk.ffn_norm.forward(x.clone());
+            let (xs, n) = blk.ffn_norm.forward_add(xs, Some(blk.wo.forward(a)));
             let [g, u] = project(n, [&blk.w_gate, &blk.w_up]);
             let g = swiglu(g, u);
-            x = x + blk.w_down.forward(g);
+            x = xs;
+            pending = Some(blk.w_down.forward(g));
         }
-        x
+        match pending {
+            Some(p) => x + p,
+            None => x,
+        }
     }
 
     fn len(&self) -> usize {

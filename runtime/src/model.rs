@@ -77,8 +77,7 @@ pub trait CausalLm<B: InferenceBackend> {
 
 /// Reads one row of logits back to the host.
 pub fn logits_to_vec<B: InferenceBackend>(logits: Tensor<B, 3>) -> Result<Vec<f32>> {
-    logits
-        .into_data()
+    cinder_backends::counters::read_back(logits)
         .convert::<f32>()
         .to_vec::<f32>()
         .map_err(|e| RuntimeError::Readback(format!("{e:?}")))

@@ -98,6 +98,13 @@ impl Sampler {
         &self.params
     }
 
+    /// Whether every pick is the argmax of the logits as they come (greedy, no repetition
+    /// penalty): then the argmax can be taken where the logits are, and only ids read back.
+    pub fn is_plain_greedy(&self) -> bool {
+        self.params.temperature == 0.0
+            && (self.params.repeat_penalty == 1.0 || self.params.repeat_last_n == 0)
+    }
+
     /// Picks the next token from `logits` (one per vocabulary entry) given the tokens so far.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<u32> {
         match self.distribution(logits, history)? {

@@ -144,12 +144,15 @@ macro_rules! dense_kv_ops {
             fn kv_copy_block(kv: &mut Self::KvLayer, src: u32, dst: u32) {
                 dense_kv_copy_block(kv, src, dst)
             }
+            type Step = ();
+            fn kv_step(_batch: &PagedBatch, _device: &Self::Device) -> Self::Step {}
             fn paged_attention(
                 kv: &mut Self::KvLayer,
                 q: Tensor<Self, 4>,
                 k: Tensor<Self, 4>,
                 v: Tensor<Self, 4>,
                 batch: &PagedBatch,
+                _step: &Self::Step,
                 params: &AttentionParams,
             ) -> Tensor<Self, 4> {
                 dense_paged_attention(kv, q, k, v, batch, params)

@@ -280,6 +280,14 @@ pub trait KvOps: Backend {
     /// Bytes the store takes per K or V value (sizes the cache from a memory budget).
     const KV_BYTES_PER_VALUE: usize;
 
+    /// A forward's batch layout as this backend's attention reads it: made once per forward by
+    /// [`KvOps::kv_step`] and shared by every layer (on a device, one upload per step of the
+    /// positions, slot mapping and block tables).
+    type Step: std::fmt::Debug + Send + Sync + 'static;
+
+    /// The step layout of `batch`, on `device`.
+    fn kv_step(batch: &PagedBatch, device: &Self::Device) -> Self::Step;
+
     /// Allocates one layer's store, all of it, once.
     fn kv_alloc(shape: KvShape, device: &Self::Device) -> Result<Self::KvLayer, BackendError>;
 
@@ -288,13 +296,14 @@ pub trait KvOps: Backend {
 
     /// Writes the batch's new K/V into the store and attends every new query to its sequence's
     /// cached tokens. `q` `[1, h, T, hd]`, `k`/`v` `[1, kvh, T, hd]` with `T = batch.rows()`; returns
-    /// `[1, h, T, hd]`.
+    /// `[1, h, T, hd]`. `step` is [`KvOps::kv_step`] of `batch`.
     fn paged_attention(
         kv: &mut Self::KvLayer,
         q: Tensor<Self, 4>,
         k: Tensor<Self, 4>,
         v: Tensor<Self, 4>,
         batch: &PagedBatch,
+        step: &Self::Step,
         params: &AttentionParams,
     ) -> Tensor<Self, 4>;
 }

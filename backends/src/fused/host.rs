@@ -4,7 +4,9 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 
-use super::FusedOps;
+use rayon::prelude::*;
+
+use super::{FusedOps, RopeStyle};
 use crate::host::host_values;
 
 /// A gated product `f(g, u)` of two same-shape tensors on the host, with a fused kernel.
@@ -52,6 +54,70 @@ pub fn host_rms_norm<B: Backend, const D: usize>(
     Tensor::from_data(TensorData::new(v, shape), &device)
 }
 
+/// [`FusedOps::add_rms_norm`] on the host: the add, then ggml's RMSNorm on a copy of the sum.
+pub fn host_add_rms_norm<B: Backend, const D: usize>(
+    x: Tensor<B, D>,
+    r: Option<Tensor<B, D>>,
+    w: Tensor<B, 1>,
+    eps: f64,
+) -> (Tensor<B, D>, Tensor<B, D>) {
+    let shape = x.dims();
+    assert_eq!(
+        shape[D - 1],
+        w.dims()[0],
+        "rms_norm: weight length differs from the last axis"
+    );
+    let device = x.device();
+    let mut s = host_values(x);
+    if let Some(r) = r {
+        assert_eq!(r.dims(), shape, "add_rms_norm: residual shape differs");
+        for (a, b) in s.iter_mut().zip(host_values(r)) {
+            *a += b;
+        }
+    }
+    let mut n = s.clone();
+    cinder_kernels::elementwise::rms_norm(&mut n, &host_values(w), eps as f32);
+    (
+        Tensor::from_data(TensorData::new(s, shape), &device),
+        Tensor::from_data(TensorData::new(n, shape), &device),
+    )
+}
+
+/// [`FusedOps::rope`] on the host: one pass over the rows, `x[j]·cos + x[p(j)]·sin` per value
+/// (the same two products and add as the generic form).
+pub fn host_rope<B: Backend>(
+    x: Tensor<B, 4>,
+    cos: Tensor<B, 2>,
+    sin: Tensor<B, 2>,
+    style: RopeStyle,
+    n_rot: usize,
+) -> Tensor<B, 4> {
+    let shape = x.dims();
+    let [_, t, h, hd] = shape;
+    assert_eq!(cos.dims(), [t, hd], "rope: cos table shape");
+    assert_eq!(sin.dims(), [t, hd], "rope: sin table shape");
+    let device = x.device();
+    let xs = host_values(x);
+    let (c, s) = (host_values(cos), host_values(sin));
+    let partner: Vec<usize> = (0..hd).map(|j| style.partner(j, n_rot)).collect();
+    let mut out = vec![0.0f32; xs.len()];
+    let rows_per_task = (16_384 / hd.max(1)).max(1);
+    out.par_chunks_mut(rows_per_task * hd)
+        .enumerate()
+        .for_each(|(ci, chunk)| {
+            for (ri, o) in chunk.chunks_exact_mut(hd).enumerate() {
+                let row = ci * rows_per_task + ri;
+                let x = &xs[row * hd..(row + 1) * hd];
+                let ti = (row / h) % t;
+                let (c, s) = (&c[ti * hd..(ti + 1) * hd], &s[ti * hd..(ti + 1) * hd]);
+                for j in 0..hd {
+                    o[j] = x[j] * c[j] + x[partner[j]] * s[j];
+                }
+            }
+        });
+    Tensor::from_data(TensorData::new(out, shape), &device)
+}
+
 /// `impl FusedOps` for a host backend type.
 macro_rules! host_fused_ops {
     ($t:ty) => {
@@ -68,6 +134,23 @@ macro_rules! host_fused_ops {
                 eps: f64,
             ) -> Tensor<Self, D> {
                 host_rms_norm(x, w, eps)
+            }
+            fn add_rms_norm<const D: usize>(
+                x: Tensor<Self, D>,
+                r: Option<Tensor<Self, D>>,
+                w: Tensor<Self, 1>,
+                eps: f64,
+            ) -> (Tensor<Self, D>, Tensor<Self, D>) {
+                host_add_rms_norm(x, r, w, eps)
+            }
+            fn rope(
+                x: Tensor<Self, 4>,
+                cos: Tensor<Self, 2>,
+                sin: Tensor<Self, 2>,
+                style: RopeStyle,
+                n_rot: usize,
+            ) -> Tensor<Self, 4> {
+                host_rope(x, cos, sin, style, n_rot)
             }
         }
     };

@@ -1,14 +1,40 @@
-//! Op group: the fused element-wise and normalization ops of a decoder step ([`FusedOps`]).
+//! Op group: the fused element-wise and normalization ops of a decoder step ([`FusedOps`]):
+//! RMSNorm (alone and fused with the residual add), rotary embeddings, the SwiGLU/GEGLU gates.
 //!
 //! Each has a generic form in Burn ops (the trait's defaults). The host backends ([`host`]) run
 //! them as single parallel passes with ggml's arithmetic (`cinder_kernels::elementwise`), so their
-//! results are the CPU reference's bit for bit.
+//! results are the CPU reference's bit for bit; the CubeCL backends run each as one kernel.
 
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 pub mod host;
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
+
+/// How a checkpoint pairs the dimensions RoPE rotates together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs `(x[2i], x[2i+1])`: llama.cpp's "normal" RoPE. GGUF Llama checkpoints store Q/K
+    /// permuted for it.
+    Interleaved,
+    /// Halves `(x[i], x[i + n/2])`: GPT-NeoX style, used by Qwen2, Gemma, and HF-layout Llama weights.
+    Neox,
+}
+
+impl RopeStyle {
+    /// The dimension `j` is rotated with, of a head whose first `n_rot` dimensions rotate (`j`
+    /// itself past them).
+    pub fn partner(self, j: usize, n_rot: usize) -> usize {
+        if j >= n_rot {
+            return j;
+        }
+        match self {
+            RopeStyle::Interleaved => j ^ 1,
+            RopeStyle::Neox if j < n_rot / 2 => j + n_rot / 2,
+            RopeStyle::Neox => j - n_rot / 2,
+        }
+    }
+}
 
 /// Fused decoder ops. One of the op groups that make up [`crate::InferenceBackend`].
 pub trait FusedOps: Backend {
@@ -36,6 +62,54 @@ pub trait FusedOps: Backend {
         let ms = x.clone().powi_scalar(2).mean_dim(D - 1);
         let inv = ms.add_scalar(eps).sqrt().recip();
         x * inv * w.unsqueeze::<D>()
+    }
+
+    /// The residual add fused with the norm after it: `s = x + r` (`x` alone without `r`) and
+    /// `(s, rms_norm(s, w))`, each as [`FusedOps::rms_norm`] and a plain add compute them.
+    fn add_rms_norm<const D: usize>(
+        x: Tensor<Self, D>,
+        r: Option<Tensor<Self, D>>,
+        w: Tensor<Self, 1>,
+        eps: f64,
+    ) -> (Tensor<Self, D>, Tensor<Self, D>) {
+        let s = match r {
+            Some(r) => x + r,
+            None => x,
+        };
+        (s.clone(), Self::rms_norm(s, w, eps))
+    }
+
+    /// Rotary embedding of `x` `[b, t, h, hd]` (Su et al., 2021, "RoFormer"): for each time step
+    /// `i` and dimension `j`, `out[j] = x[j]·cos[i, j] + x[p(j)]·sin[i, j]` with `p` the partner
+    /// of `j` in its rotation pair ([`RopeStyle::partner`] over the first `n_rot` dimensions).
+    /// `cos`, `sin` `[t, hd]` carry the pair's sign, and `cos = 1`, `sin = 0` past `n_rot`.
+    fn rope(
+        x: Tensor<Self, 4>,
+        cos: Tensor<Self, 2>,
+        sin: Tensor<Self, 2>,
+        style: RopeStyle,
+        n_rot: usize,
+    ) -> Tensor<Self, 4> {
+        let [b, t, h, hd] = x.dims();
+        let device = x.device();
+        // The pair swap as a permutation matrix [hd, hd]: x·P puts x[p(j)] at j. Products with 1
+        // and 0 are exact, so this is the same arithmetic as slicing the halves.
+        let mut perm = vec![0.0f32; hd * hd];
+        for j in 0..hd {
+            perm[style.partner(j, n_rot) * hd + j] = 1.0;
+        }
+        let perm =
+            Tensor::<Self, 2>::from_data(burn::tensor::TensorData::new(perm, [hd, hd]), &device);
+        let x2: Tensor<Self, 2> = x.reshape([b * t * h, hd]);
+        let swapped = x2.clone().matmul(perm);
+        // [t, hd] -> [b·t·h, hd], rows in x's order.
+        let rows = |c: Tensor<Self, 2>| {
+            c.reshape([1, t, 1, hd])
+                .repeat_dim(0, b)
+                .repeat_dim(2, h)
+                .reshape([b * t * h, hd])
+        };
+        (x2 * rows(cos) + swapped * rows(sin)).reshape([b, t, h, hd])
     }
 }
 

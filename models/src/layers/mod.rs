@@ -34,20 +34,22 @@ impl<B: InferenceBackend> RmsNorm<B> {
     pub fn forward<const D: usize>(&self, x: Tensor<B, D>) -> Tensor<B, D> {
         B::rms_norm(x, self.weight.val(), self.eps)
     }
+
+    /// The residual add before the norm, fused with it: `s = x + r` (`x` without `r`) and
+    /// `(s, norm(s))`.
+    pub fn forward_add<const D: usize>(
+        &self,
+        x: Tensor<B, D>,
+        r: Option<Tensor<B, D>>,
+    ) -> (Tensor<B, D>, Tensor<B, D>) {
+        B::add_rms_norm(x, r, self.weight.val(), self.eps)
+    }
 }
 
-/// How a checkpoint pairs the dimensions RoPE rotates together.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeStyle {
-    /// Adjacent pairs `(x[2i], x[2i+1])`: llama.cpp's "normal" RoPE. GGUF Llama checkpoints store Q/K
-    /// permuted for it.
-    Interleaved,
-    /// Halves `(x[i], x[i + n/2])`: GPT-NeoX style, used by Qwen2, Gemma, and HF-layout Llama weights.
-    Neox,
-}
+pub use cinder_runtime::RopeStyle;
 
 /// Rotary position embedding (Su et al., 2021, "RoFormer"), applied to the first `n_rot` dims of each
-/// head. Angles are computed on the host per call: `t × n_rot/2` values, cheaper than slicing a table.
+/// head. Angles are computed on the host per forward: `t × n_rot/2` values, cheaper than slicing a table.
 #[derive(Debug, Clone, Copy)]
 pub struct Rope {
     /// rotated dims per head (≤ head_dim, even)
@@ -62,22 +64,20 @@ pub struct Rope {
 
 impl Rope {
     /// The rotation for the forward's `positions` (one per time step; consecutive for one sequence,
-    /// each sequence's own in a ragged batch), computed once per forward on the host and shared by
-    /// every layer's Q and K, for heads of `head_dim` and each head count in `heads`.
+    /// each sequence's own in a ragged batch), computed once per forward on the host, uploaded once
+    /// and shared by every layer's Q and K, for heads of `head_dim`.
     pub fn angles<B: InferenceBackend>(
         &self,
         positions: &[usize],
         head_dim: usize,
-        heads: &[usize],
         device: &B::Device,
     ) -> RopeAngles<B> {
         let half = self.n_rot / 2;
         let t = positions.len();
-        // Per position and output dim j: out[j] = x[j]·c[j] + x[src(j)]·s[j], with src the partner of
+        // Per position and output dim j: out[j] = x[j]·c[j] + x[p(j)]·s[j], with p the partner of
         // j in its rotation pair and s carrying the sign; dims past n_rot pass through (c = 1, s = 0).
         let mut c = vec![1.0f32; t * head_dim];
         let mut s = vec![0.0f32; t * head_dim];
-        let mut src = vec![None; head_dim];
         let freqs: Vec<f64> = (0..half)
             .map(|i| self.theta.powf(-2.0 * i as f64 / self.n_rot as f64))
             .collect();
@@ -95,69 +95,39 @@ impl Rope {
                 c[row + j1] = cs;
                 s[row + j0] = -sn;
                 s[row + j1] = sn;
-                src[j0] = Some(j1);
-                src[j1] = Some(j0);
             }
         }
-        // The pair swap as a permutation matrix [head_dim, head_dim]: x·P puts x[src(j)] at j. Products
-        // with 1 and 0 are exact, so this is the same arithmetic as slicing the halves, without the
-        // strided element-wise ops slicing costs.
-        let mut perm = vec![0.0f32; head_dim * head_dim];
-        for (j, sj) in src.iter().enumerate() {
-            if let Some(i) = sj {
-                perm[i * head_dim + j] = 1.0;
-            }
-        }
-        let tables = heads
-            .iter()
-            .map(|&h| {
-                // [t, hd] repeated per head: [t·h, hd], row-major like x reshaped from [b=1, t, h, hd].
-                let rep = |v: &[f32]| {
-                    let mut out = Vec::with_capacity(t * h * head_dim);
-                    for row in v.chunks_exact(head_dim) {
-                        for _ in 0..h {
-                            out.extend_from_slice(row);
-                        }
-                    }
-                    Tensor::<B, 2>::from_data(TensorData::new(out, [t * h, head_dim]), device)
-                };
-                (h, rep(&c), rep(&s))
-            })
-            .collect();
+        let table =
+            |v: Vec<f32>| Tensor::<B, 2>::from_data(TensorData::new(v, [t, head_dim]), device);
         RopeAngles {
-            perm: Tensor::from_data(TensorData::new(perm, [head_dim, head_dim]), device),
-            tables,
-            t,
+            cos: table(c),
+            sin: table(s),
+            style: self.style,
+            n_rot: self.n_rot,
         }
     }
 }
 
-/// RoPE for one forward's positions: the pair permutation `[hd, hd]` and, per head count, the
-/// cos/sin tables `[t·heads, hd]`.
+/// RoPE for one forward's positions: the cos/sin tables `[t, head_dim]`.
 #[derive(Debug, Clone)]
 pub struct RopeAngles<B: InferenceBackend> {
-    perm: Tensor<B, 2>,
-    tables: Vec<(usize, Tensor<B, 2>, Tensor<B, 2>)>,
-    t: usize,
+    cos: Tensor<B, 2>,
+    sin: Tensor<B, 2>,
+    style: RopeStyle,
+    n_rot: usize,
 }
 
 impl<B: InferenceBackend> RopeAngles<B> {
-    /// Rotates `x` `[b, t, h, head_dim]` (the layout a projection reshapes to). `h` must be one of the
-    /// head counts the angles were made for.
+    /// Rotates `x` `[b, t, h, head_dim]` (the layout a projection reshapes to)
+    /// ([`FusedOps::rope`](cinder_runtime::InferenceBackend)).
     pub fn apply(&self, x: Tensor<B, 4>) -> Tensor<B, 4> {
-        let [b, t, h, hd] = x.dims();
-        debug_assert_eq!(t, self.t);
-        let Some((_, c, s)) = self.tables.iter().find(|(n, _, _)| *n == h) else {
-            panic!("RoPE angles were not made for {h} heads");
-        };
-        let x2: Tensor<B, 2> = x.reshape([b * t * h, hd]);
-        let swapped = x2.clone().matmul(self.perm.clone());
-        let (c, s) = if b == 1 {
-            (c.clone(), s.clone())
-        } else {
-            (c.clone().repeat_dim(0, b), s.clone().repeat_dim(0, b))
-        };
-        (x2 * c + swapped * s).reshape([b, t, h, hd])
+        B::rope(
+            x,
+            self.cos.clone(),
+            self.sin.clone(),
+            self.style,
+            self.n_rot,
+        )
     }
 }
 

@@ -206,15 +206,25 @@ impl<'m, B: InferenceBackend> DraftModel<'m, B> {
         if ids.is_empty() {
             return Ok(());
         }
-        let Some((host, vocab)) =
-            super::forward_ragged(self.model, &mut self.cache, seqs, ids, rows)?
+        // Drafts are the draft model's argmax over the tokens the target knows: taken on the
+        // device when the draft's vocabulary is no larger.
+        let on_device = self.model.vocab_size() <= self.target_vocab;
+        let Some(rows_out) =
+            super::forward_ragged(self.model, &mut self.cache, seqs, ids, rows, on_device)?
         else {
             return Ok(());
         };
-        let usable = vocab.min(self.target_vocab);
-        for (r, &ji) in asked.iter().enumerate() {
+        let best: Vec<u32> = match rows_out {
+            super::StepRows::Argmax(best) => best,
+            super::StepRows::Logits(host, vocab) => {
+                let usable = vocab.min(self.target_vocab);
+                (0..asked.len())
+                    .map(|r| argmax(&host[r * vocab..r * vocab + usable]))
+                    .collect()
+            }
+        };
+        for (&ji, &d) in asked.iter().zip(&best) {
             let job = &mut jobs[ji];
-            let d = argmax(&host[r * vocab..r * vocab + usable]);
             job.drafts.push(d);
             if job.drafts.len() < job.want {
                 job.feed.push(d);

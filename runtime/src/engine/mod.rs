@@ -586,9 +586,20 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
                 rows.extend(ids.len() - 1 - s.drafts..ids.len());
             }
         }
-        let Some((host, vocab)) = forward_ragged(self.model, &mut self.cache, seqs, ids, rows)?
+        // Every sampled sequence greedy without penalties: the argmax is taken on the device and
+        // only token ids come back.
+        let greedy = plan.seqs.iter().filter(|s| s.sample).all(|s| {
+            self.live
+                .get(&s.id)
+                .is_some_and(|l| l.sampler.is_plain_greedy())
+        });
+        let Some(rows_out) = forward_ragged(self.model, &mut self.cache, seqs, ids, rows, greedy)?
         else {
             return Ok(Vec::new());
+        };
+        let (host, vocab) = match rows_out {
+            StepRows::Logits(host, vocab) => (host, vocab),
+            StepRows::Argmax(best) => return Ok(greedy_picks(plan, &best)),
         };
         let mut out = Vec::with_capacity(plan.seqs.len());
         let mut row = 0usize;
@@ -664,17 +675,48 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
     }
 }
 
+/// What a step reads back of the rows it samples.
+enum StepRows {
+    /// `rows × vocab` logits and the vocabulary size.
+    Logits(Vec<f32>, usize),
+    /// Each row's argmax (every sampled sequence is plain greedy).
+    Argmax(Vec<u32>),
+}
+
+/// The tokens of a greedy step from each sampled row's argmax `best`: per sequence, its drafts
+/// while each equals the argmax before it, then the argmax where they part (or after the last),
+/// exactly as [`spec::verify_drafts`] and the greedy sampler pick them.
+fn greedy_picks(plan: &StepPlan, best: &[u32]) -> Vec<(SeqId, Vec<u32>)> {
+    let mut out = Vec::with_capacity(plan.seqs.len());
+    let mut row = 0usize;
+    for s in plan.seqs.iter().filter(|s| s.sample) {
+        let rows = &best[row..row + 1 + s.drafts];
+        row += 1 + s.drafts;
+        let drafts = &s.tokens[s.tokens.len() - s.drafts..];
+        let mut toks = Vec::with_capacity(rows.len());
+        for (j, &b) in rows.iter().enumerate() {
+            toks.push(b);
+            if drafts.get(j) != Some(&b) {
+                break;
+            }
+        }
+        out.push((s.id, toks));
+    }
+    out
+}
+
 /// One forward of a ragged batch: `seqs` lay out the new tokens `ids` (all sequences one after the
 /// other) over the paged `cache`. Returns the logits of `rows` (time steps, in order) as one host
-/// buffer of `rows.len() × vocab` values and the vocabulary size, or `None` when no row was asked
-/// for (a step of prefill chunks only).
+/// buffer of `rows.len() × vocab` values and the vocabulary size, or with `greedy` only each row's
+/// argmax; `None` when no row was asked for (a step of prefill chunks only).
 fn forward_ragged<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     model: &M,
     cache: &mut PagedKvCache<B>,
     seqs: Vec<SeqSlice>,
     ids: Vec<i32>,
     rows: Vec<usize>,
-) -> Result<Option<(Vec<f32>, usize)>> {
+    greedy: bool,
+) -> Result<Option<StepRows>> {
     let t = ids.len();
     cache.set_batch(PagedBatch {
         block_size: cache.block_size(),
@@ -688,9 +730,15 @@ fn forward_ragged<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     if n == 0 {
         return Ok(None);
     }
+    if greedy {
+        let [_, rows, vocab] = logits.dims();
+        let best = B::argmax_rows(logits.reshape([rows, vocab]))
+            .map_err(|e| RuntimeError::Readback(e.to_string()))?;
+        return Ok(Some(StepRows::Argmax(best)));
+    }
     let host = logits_to_vec(logits)?;
     let vocab = host.len() / n;
-    Ok(Some((host, vocab)))
+    Ok(Some(StepRows::Logits(host, vocab)))
 }
 
 /// KV blocks the engine allocates for `model` under `cfg`.

@@ -38,6 +38,9 @@ pub struct PagedKvCache<B: InferenceBackend> {
     layers: Vec<B::KvLayer>,
     shape: KvShape,
     batch: PagedBatch,
+    /// `batch` as the backend's attention reads it, made once per forward (`None` until asked).
+    step: Option<B::Step>,
+    device: B::Device,
     /// Block copies made since the last forward ended ([`AttentionCache::layout`] hands them out).
     copy_log: Vec<(u32, u32)>,
 }
@@ -78,6 +81,8 @@ impl<B: InferenceBackend> PagedKvCache<B> {
                 block_size,
                 seqs: Vec::new(),
             },
+            step: None,
+            device: device.clone(),
             copy_log: Vec::new(),
         })
     }
@@ -100,6 +105,7 @@ impl<B: InferenceBackend> PagedKvCache<B> {
     /// The layout of the next forward.
     pub fn set_batch(&mut self, batch: PagedBatch) {
         self.batch = batch;
+        self.step = None;
     }
 
     /// Copies blocks (copy-on-write) in every layer.
@@ -133,7 +139,10 @@ impl<B: InferenceBackend> AttentionCache<B> for PagedKvCache<B> {
         v: Tensor<B, 4>,
         params: &AttentionParams,
     ) -> Tensor<B, 4> {
-        B::paged_attention(&mut self.layers[layer], q, k, v, &self.batch, params)
+        let step = self
+            .step
+            .get_or_insert_with(|| B::kv_step(&self.batch, &self.device));
+        B::paged_attention(&mut self.layers[layer], q, k, v, &self.batch, step, params)
     }
 
     fn advance(&mut self, _t: usize) {
