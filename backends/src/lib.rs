@@ -15,6 +15,9 @@ pub mod act;
 pub mod attention;
 mod backend;
 pub mod counters;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub(crate) mod cube;
+pub mod device;
 pub mod encoder;
 pub mod fused;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
@@ -63,6 +66,14 @@ pub enum BackendError {
     /// A paged-attention layout or KV store that cannot work (a scheduler bug, or a store too large).
     #[error("paged KV: {0}")]
     Layout(String),
+    /// An accelerator backend found no device to run on.
+    #[error("no {backend} device: looked for {looked_for}")]
+    NoDevice {
+        /// the backend asked for
+        backend: String,
+        /// what it looked for and did not find
+        looked_for: String,
+    },
     /// Reading a tensor back from the device failed.
     #[error("device readback: {0}")]
     Readback(String),
@@ -251,6 +262,9 @@ pub trait BackendTask {
 pub fn dispatch<T: BackendTask>(kind: BackendKind, task: T) -> Result<T::Output, BackendError> {
     // Without any backend feature every arm below is the error arm and `task` goes unused.
     let _ = &task;
+    if kind.is_compiled() {
+        device::check_device(kind)?;
+    }
     match kind {
         #[cfg(feature = "flex")]
         BackendKind::Flex => Ok(task.run::<types::Flex>(Default::default())),

@@ -241,24 +241,29 @@ impl<B: InferenceBackend> Blocks<B> for Gemma3Blocks<B> {
                 sliding_window: (!global).then_some(c.sliding_window),
                 softcap: None,
             };
-            let (xs, n) = blk.attn_norm.forward_add(x, pending.take());
-            // q [b, h, t, hd]; k, v [b, kvh, t, hd]; QK-norm over hd, then RoPE
+            let (xs, n) = blk.attn_norm.forward_post_add(x, pending.take());
+            // q [b, h, t, hd]; k, v [b, kvh, t, hd]; QK-norm over hd, then RoPE (one op)
             let [q, k, v] = project(n, [&blk.wq, &blk.wk, &blk.wv]);
-            let q = blk.q_norm.forward(heads(q, h, hd));
-            let k = blk.k_norm.forward(heads(k, kvh, hd));
+            let (q, k) = rope.apply_pair_normed(
+                heads(q, h, hd),
+                heads(k, kvh, hd),
+                &blk.q_norm,
+                &blk.k_norm,
+            );
             let v = split_heads(v, kvh, hd);
-            let q = rope.apply(q).swap_dims(1, 2);
-            let k = rope.apply(k).swap_dims(1, 2);
+            let (q, k) = (q.swap_dims(1, 2), k.swap_dims(1, 2));
             let a = merge_heads(cache.attend(j, q, k, v, &params));
-            let attn = blk.post_attn_norm.forward(blk.wo.forward(a));
-            let (xs, n) = blk.ffn_norm.forward_add(xs, Some(attn));
-            let [g, u] = project(n, [&blk.w_gate, &blk.w_up]);
-            let g = geglu(g, u);
+            // the post-norms run fused with the next residual add and norm
+            let attn = blk.wo.forward(a);
+            let (xs, n) = blk
+                .ffn_norm
+                .forward_post_add(xs, Some((attn, &blk.post_attn_norm)));
+            let g = geglu(n, &blk.w_gate, &blk.w_up);
             x = xs;
-            pending = Some(blk.post_ffn_norm.forward(blk.w_down.forward(g)));
+            pending = Some((blk.w_down.forward(g), &blk.post_ffn_norm));
         }
         match pending {
-            Some(p) => x + p,
+            Some((p, post)) => x + post.forward(p),
             None => x,
         }
     }

@@ -242,13 +242,12 @@ impl<B: InferenceBackend> Blocks<B> for LlamaBlocks<B> {
             let (xs, n) = blk.attn_norm.forward_add(x, pending.take());
             // q [b, h, t, hd]; k, v [b, kvh, t, hd]
             let [q, k, v] = project(n, [&blk.wq, &blk.wk, &blk.wv]);
-            let q = rope.apply(heads(q, h, hd)).swap_dims(1, 2);
-            let k = rope.apply(heads(k, kvh, hd)).swap_dims(1, 2);
+            let (q, k) = rope.apply_pair(heads(q, h, hd), heads(k, kvh, hd));
+            let (q, k) = (q.swap_dims(1, 2), k.swap_dims(1, 2));
             let v = split_heads(v, kvh, hd);
             let a = merge_heads(cache.attend(i, q, k, v, &params));
             let (xs, n) = blk.ffn_norm.forward_add(xs, Some(blk.wo.forward(a)));
-            let [g, u] = project(n, [&blk.w_gate, &blk.w_up]);
-            let g = swiglu(g, u);
+            let g = swiglu(n, &blk.w_gate, &blk.w_up);
             x = xs;
             pending = Some(blk.w_down.forward(g));
         }

@@ -17,7 +17,7 @@ pub mod quant;
 pub mod scheduler;
 
 pub use cinder_backends::InferenceBackend;
-pub use cinder_backends::fused::RopeStyle;
+pub use cinder_backends::fused::{Glu, RopeStyle};
 pub mod sampler;
 pub mod tokenizer;
 

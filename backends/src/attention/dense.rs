@@ -163,7 +163,3 @@ macro_rules! dense_kv_ops {
 
 #[cfg(feature = "candle")]
 dense_kv_ops!(crate::types::Candle, crate::BackendKind::Candle);
-#[cfg(feature = "wgpu")]
-dense_kv_ops!(crate::types::Wgpu, crate::BackendKind::Wgpu);
-#[cfg(feature = "cuda")]
-dense_kv_ops!(crate::types::Cuda, crate::BackendKind::Cuda);

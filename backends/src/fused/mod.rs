@@ -5,11 +5,23 @@
 //! them as single parallel passes with ggml's arithmetic (`cinder_kernels::elementwise`), so their
 //! results are the CPU reference's bit for bit; the CubeCL backends run each as one kernel.
 
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub mod cube;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 pub mod host;
 
 use burn::tensor::Tensor;
-use burn::tensor::backend::Backend;
+
+use crate::quant::QuantOps;
+
+/// The gate of a gated linear unit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Glu {
+    /// SwiGLU: `silu(g) · u`
+    Silu,
+    /// GEGLU: `gelu(g) · u`, tanh GELU as ggml's CPU op computes it
+    Gelu,
+}
 
 /// How a checkpoint pairs the dimensions RoPE rotates together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,8 +48,9 @@ impl RopeStyle {
     }
 }
 
-/// Fused decoder ops. One of the op groups that make up [`crate::InferenceBackend`].
-pub trait FusedOps: Backend {
+/// Fused decoder ops. One of the op groups that make up [`crate::InferenceBackend`]; the GLU of
+/// two products takes [`QuantOps`]' weights.
+pub trait FusedOps: QuantOps {
     /// SwiGLU's gate: `silu(g) · u`, `silu(x) = x / (1 + e^-x)` (same shapes). The host backends
     /// fuse it into one parallel pass with the same arithmetic.
     fn silu_mul<const D: usize>(g: Tensor<Self, D>, u: Tensor<Self, D>) -> Tensor<Self, D> {
@@ -79,6 +92,20 @@ pub trait FusedOps: Backend {
         (s.clone(), Self::rms_norm(s, w, eps))
     }
 
+    /// [`FusedOps::add_rms_norm`] whose residual first passes its own RMSNorm (a post-norm, as
+    /// Gemma's blocks have): `s = x + rms_norm(r, rw)` and `(s, rms_norm(s, w))`, one `eps` for
+    /// both. One launch on a device; the host backends run the two ops.
+    fn post_norm_add_rms_norm<const D: usize>(
+        x: Tensor<Self, D>,
+        r: Tensor<Self, D>,
+        rw: Tensor<Self, 1>,
+        w: Tensor<Self, 1>,
+        eps: f64,
+    ) -> (Tensor<Self, D>, Tensor<Self, D>) {
+        let r = Self::rms_norm(r, rw, eps);
+        Self::add_rms_norm(x, Some(r), w, eps)
+    }
+
     /// Rotary embedding of `x` `[b, t, h, hd]` (Su et al., 2021, "RoFormer"): for each time step
     /// `i` and dimension `j`, `out[j] = x[j]·cos[i, j] + x[p(j)]·sin[i, j]` with `p` the partner
     /// of `j` in its rotation pair ([`RopeStyle::partner`] over the first `n_rot` dimensions).
@@ -111,12 +138,69 @@ pub trait FusedOps: Backend {
         };
         (x2 * rows(cos) + swapped * rows(sin)).reshape([b, t, h, hd])
     }
+
+    /// [`FusedOps::rope`] of a layer's Q `[b, t, h, hd]` and K `[b, t, kvh, hd]` with the same
+    /// tables (one launch on a device).
+    fn rope_pair(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        cos: Tensor<Self, 2>,
+        sin: Tensor<Self, 2>,
+        style: RopeStyle,
+        n_rot: usize,
+    ) -> (Tensor<Self, 4>, Tensor<Self, 4>) {
+        (
+            Self::rope(q, cos.clone(), sin.clone(), style, n_rot),
+            Self::rope(k, cos, sin, style, n_rot),
+        )
+    }
+
+    /// [`FusedOps::rope_pair`] after an RMSNorm of every head of Q and K over `hd` (`qw`, `kw`
+    /// `[hd]`; the QK-norm of Gemma 3 and Qwen3), one `eps` for both. One launch on a device; the
+    /// host backends run the three ops.
+    #[allow(clippy::too_many_arguments)]
+    fn norm_rope_pair(
+        q: Tensor<Self, 4>,
+        k: Tensor<Self, 4>,
+        qw: Tensor<Self, 1>,
+        kw: Tensor<Self, 1>,
+        eps: f64,
+        cos: Tensor<Self, 2>,
+        sin: Tensor<Self, 2>,
+        style: RopeStyle,
+        n_rot: usize,
+    ) -> (Tensor<Self, 4>, Tensor<Self, 4>) {
+        let q = Self::rms_norm(q, qw, eps);
+        let k = Self::rms_norm(k, kw, eps);
+        Self::rope_pair(q, k, cos, sin, style, n_rot)
+    }
+
+    /// A gated linear unit over two products of `x` `[m, k]`: `glu(x·Gateᵀ, x·Upᵀ)` -> `[m, n]`
+    /// ([`FusedOps::silu_mul`] or [`FusedOps::gelu_mul`] of the two). A device computes both
+    /// products and the gate in one kernel.
+    fn glu_matmul(
+        x: Tensor<Self, 2>,
+        gate: &Self::QMatrix,
+        up: &Self::QMatrix,
+        kind: Glu,
+    ) -> Tensor<Self, 2> {
+        let mut p = Self::qw_matmul_many(x, &[gate, up]).into_iter();
+        let (Some(g), Some(u)) = (p.next(), p.next()) else {
+            unreachable!("two weights give two products");
+        };
+        match kind {
+            Glu::Silu => Self::silu_mul(g, u),
+            Glu::Gelu => Self::gelu_mul(g, u),
+        }
+    }
 }
 
 /// GELU (tanh approximation) as ggml's CPU op computes it, with Burn ops: the input rounded to f16,
 /// the formula in f32 in ggml's operation order, the result rounded to f16, `x ≤ −10 → 0` and
 /// `x ≥ 10 → x` (ggml reads a precomputed f16 table; the host backends do too).
-pub fn generic_gelu_tanh_f16<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+pub fn generic_gelu_tanh_f16<B: burn::tensor::backend::Backend, const D: usize>(
+    x: Tensor<B, D>,
+) -> Tensor<B, D> {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     const COEF_A: f32 = 0.044_715;
     let xh = crate::act::round_to_f16(x.clone());
@@ -135,7 +219,3 @@ pub fn generic_gelu_tanh_f16<B: Backend, const D: usize>(x: Tensor<B, D>) -> Ten
 
 #[cfg(feature = "candle")]
 impl FusedOps for crate::types::Candle {}
-#[cfg(feature = "wgpu")]
-impl FusedOps for crate::types::Wgpu {}
-#[cfg(feature = "cuda")]
-impl FusedOps for crate::types::Cuda {}

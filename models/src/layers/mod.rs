@@ -44,9 +44,24 @@ impl<B: InferenceBackend> RmsNorm<B> {
     ) -> (Tensor<B, D>, Tensor<B, D>) {
         B::add_rms_norm(x, r, self.weight.val(), self.eps)
     }
+
+    /// [`RmsNorm::forward_add`] where the residual first passes its own post-norm `post` (Gemma's
+    /// blocks): `s = x + post(r)` and `(s, norm(s))`, one launch on a device.
+    pub fn forward_post_add<const D: usize>(
+        &self,
+        x: Tensor<B, D>,
+        r: Option<(Tensor<B, D>, &RmsNorm<B>)>,
+    ) -> (Tensor<B, D>, Tensor<B, D>) {
+        match r {
+            Some((r, post)) => {
+                B::post_norm_add_rms_norm(x, r, post.weight.val(), self.weight.val(), self.eps)
+            }
+            None => self.forward_add(x, None),
+        }
+    }
 }
 
-pub use cinder_runtime::RopeStyle;
+pub use cinder_runtime::{Glu, RopeStyle};
 
 /// Rotary position embedding (Su et al., 2021, "RoFormer"), applied to the first `n_rot` dims of each
 /// head. Angles are computed on the host per forward: `t × n_rot/2` values, cheaper than slicing a table.
@@ -129,6 +144,40 @@ impl<B: InferenceBackend> RopeAngles<B> {
             self.n_rot,
         )
     }
+
+    /// Normalizes every head of `q` `[b, t, h, hd]` and `k` `[b, t, kvh, hd]` over `hd` with
+    /// `q_norm` and `k_norm` (QK-norm), then rotates both: one launch on a device.
+    pub fn apply_pair_normed(
+        &self,
+        q: Tensor<B, 4>,
+        k: Tensor<B, 4>,
+        q_norm: &RmsNorm<B>,
+        k_norm: &RmsNorm<B>,
+    ) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        B::norm_rope_pair(
+            q,
+            k,
+            q_norm.weight.val(),
+            k_norm.weight.val(),
+            q_norm.eps,
+            self.cos.clone(),
+            self.sin.clone(),
+            self.style,
+            self.n_rot,
+        )
+    }
+
+    /// Rotates a layer's `q` `[b, t, h, hd]` and `k` `[b, t, kvh, hd]` together.
+    pub fn apply_pair(&self, q: Tensor<B, 4>, k: Tensor<B, 4>) -> (Tensor<B, 4>, Tensor<B, 4>) {
+        B::rope_pair(
+            q,
+            k,
+            self.cos.clone(),
+            self.sin.clone(),
+            self.style,
+            self.n_rot,
+        )
+    }
 }
 
 /// `[b, t, heads * head_dim]` -> `[b, t, heads, head_dim]` (contiguous: where RoPE and QK-norm run).
@@ -193,21 +242,24 @@ pub fn project<B: InferenceBackend, const D: usize, const N: usize>(
     std::array::from_fn(|_| y.next().expect("one output per layer"))
 }
 
-/// SwiGLU's gate `silu(g) · u`, fused on the host backends ([`FusedOps::silu_mul`](cinder_runtime::InferenceBackend)).
+/// SwiGLU: `silu(x·Gateᵀ) · (x·Upᵀ)`, the gate fused with the products
+/// ([`QLinear::glu`]).
 pub fn swiglu<B: InferenceBackend, const D: usize>(
-    g: Tensor<B, D>,
-    u: Tensor<B, D>,
+    x: Tensor<B, D>,
+    gate: &QLinear<B>,
+    up: &QLinear<B>,
 ) -> Tensor<B, D> {
-    B::silu_mul(g, u)
+    QLinear::glu(gate, up, x, Glu::Silu)
 }
 
-/// GEGLU's gate `gelu(g) · u` (tanh GELU as ggml's CPU op computes it, f16 in and out), fused on
-/// the host backends ([`FusedOps::gelu_mul`](cinder_runtime::InferenceBackend)).
+/// GEGLU: `gelu(x·Gateᵀ) · (x·Upᵀ)` with the tanh GELU as ggml's CPU op computes it (f16 in and
+/// out), the gate fused with the products ([`QLinear::glu`]).
 pub fn geglu<B: InferenceBackend, const D: usize>(
-    g: Tensor<B, D>,
-    u: Tensor<B, D>,
+    x: Tensor<B, D>,
+    gate: &QLinear<B>,
+    up: &QLinear<B>,
 ) -> Tensor<B, D> {
-    B::gelu_mul(g, u)
+    QLinear::glu(gate, up, x, Glu::Gelu)
 }
 
 /// Token embedding table `[vocab, d]`, held as a [`QLinear`] of `vocab × d` so the same weights serve

@@ -13,6 +13,7 @@ pub use cinder_backends::quant::{GgmlType, PreparedWeight, QWeight, SharedBytes}
 use burn::module::{Module, Param};
 use burn::tensor::{Int, Tensor, TensorData};
 use cinder_backends::InferenceBackend;
+use cinder_backends::fused::Glu;
 
 use crate::error::{Result, RuntimeError};
 
@@ -148,6 +149,30 @@ impl<B: InferenceBackend> QLinear<B> {
                 y.reshape(out)
             })
             .collect()
+    }
+
+    /// A gated linear unit of two layers of the same input: `glu(gate(x), up(x))` (SwiGLU's
+    /// `silu(g)·u` or GEGLU's `gelu(g)·u`), fused with the products where the backend can
+    /// ([`FusedOps::glu_matmul`](cinder_backends::FusedOps::glu_matmul)); layers with biases
+    /// take their products first.
+    pub fn glu<const D: usize>(gate: &Self, up: &Self, x: Tensor<B, D>, kind: Glu) -> Tensor<B, D> {
+        if gate.bias.is_some() || up.bias.is_some() {
+            let mut p = Self::forward_many(&[gate, up], x).into_iter();
+            let (Some(g), Some(u)) = (p.next(), p.next()) else {
+                unreachable!("two layers give two outputs");
+            };
+            return match kind {
+                Glu::Silu => B::silu_mul(g, u),
+                Glu::Gelu => B::gelu_mul(g, u),
+            };
+        }
+        let dims = x.dims();
+        let rows: usize = dims[..D - 1].iter().product();
+        let x2: Tensor<B, 2> = x.reshape([rows, dims[D - 1]]);
+        let y = B::glu_matmul(x2, gate.weight.get::<B>(), up.weight.get::<B>(), kind);
+        let mut out = dims;
+        out[D - 1] = gate.out_features();
+        y.reshape(out)
     }
 
     /// Rows of the logical `[out_features, in_features]` weight, e.g. token embeddings looked up in a
