@@ -107,7 +107,30 @@ impl BackendTask for Task {
                 }
             }
         }
+        // Launches and host syncs per decoded token at batch 1: a request of gen_tokens + 1
+        // tokens less one of a single token (the same prefill and first token).
+        let per_token = if a.gen_tokens > 0 {
+            use cinder::backends::counters::{host_syncs, launches};
+            let count = |n: usize| -> Result<(u64, u64)> {
+                let (l0, s0) = (launches(), host_syncs());
+                run_batch(&h, vec![prompt[..1].to_vec()], n)?;
+                Ok((launches() - l0, host_syncs() - s0))
+            };
+            let (l1, s1) = count(1)?;
+            let (ln, sn) = count(a.gen_tokens + 1)?;
+            let n = a.gen_tokens as f64;
+            Some((
+                ln.saturating_sub(l1) as f64 / n,
+                sn.saturating_sub(s1) as f64 / n,
+            ))
+        } else {
+            None
+        };
         drop(engine);
+        let counted = cinder::backends::counters::counts_launches()
+            && matches!(B::KIND, BackendKind::Wgpu | BackendKind::Cuda);
+        let dispatches = per_token.filter(|_| counted).map(|(l, _)| l);
+        let layers = model.n_layers().max(1) as f64;
         let levels = a
             .concurrency
             .iter()
@@ -188,6 +211,10 @@ impl BackendTask for Task {
                     "ttft_cached_ms": warm, "ratio": warm / cold,
                 })),
                 "speculation": spec,
+                // kernel launches per decoded token at batch 1, and per layer (CubeCL backends)
+                "dispatches_per_token": dispatches,
+                "dispatches_per_layer": dispatches.map(|d| d / layers),
+                "host_syncs_per_token": per_token.map(|(_, s)| s),
             });
             println!("{v}");
         } else {
@@ -242,6 +269,15 @@ impl BackendTask for Task {
                     100.0 * s.acceptance,
                     s.steps_per_token
                 );
+            }
+            if let Some(d) = dispatches {
+                println!(
+                    "decode: {d:.1} kernel launches per token ({:.2} per layer)",
+                    d / layers
+                );
+            }
+            if let Some((_, s)) = per_token {
+                println!("decode: {s:.2} host syncs per token");
             }
             println!("peak RSS {:.1} MiB", rss as f64 / (1 << 20) as f64);
         }

@@ -167,7 +167,13 @@ fn pick_offload(
     ))
 }
 
-fn init_logging(verbose: u8) {
+/// Logs to stderr at `verbose`'s level (`RUST_LOG` overrides); with `count_launches`, also counts
+/// CubeCL kernel launches (`cinder bench`: each layer keeps its own filter, so the counter sees
+/// the launch spans whatever the log level).
+fn init_logging(verbose: u8, count_launches: bool) {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let default = match verbose {
         0 => "warn",
         1 => "info",
@@ -175,9 +181,20 @@ fn init_logging(verbose: u8) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_filter(filter);
+    let counter = (count_launches && backends::counters::counts_launches()).then(|| {
+        backends::counters::LaunchCounter.with_filter(
+            tracing_subscriber::filter::Targets::new().with_target(
+                backends::counters::LaunchCounter::TARGET,
+                tracing::Level::TRACE,
+            ),
+        )
+    });
+    tracing_subscriber::registry()
+        .with(fmt)
+        .with(counter)
         .init();
 }
 
@@ -205,7 +222,7 @@ fn pick_backend(backend: Option<&str>, threads: Option<usize>) -> Result<Backend
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    init_logging(cli.verbose, matches!(cli.cmd, Command::Bench(_)));
     match &cli.cmd {
         Command::Pull(p) => pull(p),
         Command::Info(a) => info::run(a),
