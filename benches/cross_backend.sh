@@ -13,4 +13,4 @@ rm -rf "$TARGET/criterion"
 cargo bench --features "$FEATURES" --bench kernels -- --noplot
 cargo bench --features "$FEATURES" --bench embeddings -- --noplot embed_
 python3 benches/criterion_table.py "$TARGET/criterion" docs/perf.md \
-  "$(git rev-parse --short HEAD) · features flex,$FEATURES · $(nproc) threads · $(date -u +%Y-%m-%d)"
+  "$(git rev-parse --short HEAD) · $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores · features flex,$FEATURES · $(nproc) threads · $(date -u +%Y-%m-%d)"

@@ -3,11 +3,12 @@
 # GGUF file, as one JSON file. Prepared here, run on a machine with a GPU (no Rust, no network
 # needed there), in ~8 minutes:
 #
-#   bash benches/gpu/run.sh prepare        # here: build with --features cuda, stage the binary, the
-#                                          # model (split in two parts) and the Lee corpus in
-#                                          # benches/gpu/.stage/{1,2}/
-#   bash benches/gpu/run.sh park           # there, once per staged part (each part travels alone:
-#                                          # a call carries at most 64 MiB): keeps it in ~/cinder-gpu
+#   bash benches/gpu/run.sh prepare        # here: build with --features cuda, stage the binary
+#                                          # and the Lee corpus in benches/gpu/.stage/0/, the model
+#                                          # in parts of 30 MiB in .stage/1/, .stage/2/, ...
+#   bash benches/gpu/run.sh park           # there, once per staged folder, each carried alone
+#                                          # (a call carries at most 64 MiB with the ~25 MiB working
+#                                          # tree): keeps it in ~/cinder-gpu
 #   bash benches/gpu/run.sh run            # there: joins the parts and measures; results in
 #                                          # $OUT/gpu.json (or ./gpu.json) and a log beside it
 #
@@ -34,21 +35,28 @@ prepare() {
   local model lee
   model=$("$bin" pull smollm2-135m | awk '{print $2}')
   lee=$("$bin" pull lee-corpus | awk '{print $2}')
-  rm -rf "$stage" && mkdir -p "$stage/1" "$stage/2"
-  strip -o "$stage/1/cinder" "$bin" && gzip -9 "$stage/1/cinder"
-  local half=$(( ($(stat -c %s "$model") + 1) / 2 ))
-  head -c "$half" "$model" > "$stage/1/model.part1"
-  tail -c +$((half + 1)) "$model" > "$stage/2/model.part2"
-  sha256sum "$model" | awk '{print $1}' > "$stage/2/model.sha256"
-  cp "$lee" "$stage/2/lee.txt"
+  rm -rf "$stage" && mkdir -p "$stage/0"
+  strip -o "$stage/0/cinder" "$bin" && gzip -9 "$stage/0/cinder"
+  sha256sum "$model" | awk '{print $1}' > "$stage/0/model.sha256"
+  cp "$lee" "$stage/0/lee.txt"
+  local tmp
+  tmp=$(mktemp -d)
+  split -b 30M -d -a 2 "$model" "$tmp/model.part"
+  local i=1 f
+  for f in "$tmp"/model.part*; do
+    mkdir -p "$stage/$i" && mv "$f" "$stage/$i/"
+    i=$((i + 1))
+  done
+  rmdir "$tmp"
   grep -qx '/benches/gpu/.stage/' .git/info/exclude 2>/dev/null || echo /benches/gpu/.stage/ >> .git/info/exclude
-  du -sh "$stage/1" "$stage/2"
-  echo "staged: carry benches/gpu/.stage in two calls (part 1, then part 2 with 'run')"
+  du -sh "$stage"/*
+  echo "staged: carry each of benches/gpu/.stage/N in its own call with 'park', then 'run'"
 }
 
 park() {
   mkdir -p "$keep"
-  for d in "$stage"/1 "$stage"/2; do [ -d "$d" ] && cp -f "$d"/* "$keep"/ 2>/dev/null; done
+  local d
+  for d in "$stage"/*/; do [ -d "$d" ] && cp -f "$d"* "$keep"/; done
   ls -la "$keep"
 }
 
@@ -60,7 +68,7 @@ run() {
   cd "$keep" || { echo "nothing parked in $keep"; exit 1; }
   [ -x cinder ] || { gunzip -f cinder.gz && chmod +x cinder; }
   if [ ! -f "$model_name" ]; then
-    cat model.part1 model.part2 > "$model_name"
+    cat model.part* > "$model_name"
     echo "$(cat model.sha256)  $model_name" | sha256sum -c - || exit 1
   fi
   # cubecl compiles kernels with NVRTC and looks for libnvrtc.so.
