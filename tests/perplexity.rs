@@ -25,6 +25,7 @@ impl BackendTask for Ppl {
             ctx: 512,
             max_chunks: Some(40),
             bos,
+            paged: false,
         };
         let r = perplexity(&m.model, &tokens, opts, &mut |_, _, _| {}).expect("perplexity");
         assert_eq!(r.chunks, 40);

@@ -50,6 +50,10 @@ pub enum RuntimeError {
     /// A request the engine cannot serve, with the reason.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// A JSON schema, regular expression or grammar that cannot constrain generation, with the
+    /// reason (the constraint's kind first).
+    #[error("invalid constraint: {0}")]
+    Constraint(String),
     /// The engine has stopped.
     #[error("the engine has shut down")]
     EngineStopped,

@@ -31,6 +31,9 @@ pub struct GenerateOptions {
     pub context: usize,
     /// Speculative decoding by prompt lookup (`None`: off). The output is the same either way.
     pub speculative: Option<crate::engine::SpeculativeConfig>,
+    /// The grammar the text must follow (see [`crate::constraint`]); generation ends when it is
+    /// complete.
+    pub constraint: Option<crate::constraint::TokenMatcher>,
 }
 
 impl Default for GenerateOptions {
@@ -42,6 +45,7 @@ impl Default for GenerateOptions {
             stop_on_eos: true,
             context: 4096,
             speculative: None,
+            constraint: None,
         }
     }
 }
@@ -151,6 +155,8 @@ pub fn generate_with_draft<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
         stop_strings: opts.stop_strings.clone(),
         stop_on_eos: opts.stop_on_eos,
         timeout: None,
+        constraint: opts.constraint.clone(),
+        logprobs: None,
     })?;
     let t0 = Instant::now();
     let mut last = t0;
@@ -158,7 +164,7 @@ pub fn generate_with_draft<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
         core.step()?;
         while let Some(ev) = stream.try_next() {
             let (text, done) = match ev {
-                Event::Token { id, text } => {
+                Event::Token { id, text, .. } => {
                     let now = Instant::now();
                     if out.tokens.is_empty() {
                         out.prefill_time = now - t0;

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod attention;
+pub mod constraint;
 pub mod engine;
 mod error;
 pub mod eval;

@@ -134,7 +134,9 @@ impl ApiError {
                 Self::bad_request(e.to_string(), prompt_field).code("context_length_exceeded")
             }
             RuntimeError::EmptyPrompt => Self::bad_request(e.to_string(), prompt_field),
-            RuntimeError::InvalidRequest(_) | RuntimeError::Sampling(_) => Self::new(
+            RuntimeError::InvalidRequest(_)
+            | RuntimeError::Sampling(_)
+            | RuntimeError::Constraint(_) => Self::new(
                 StatusCode::BAD_REQUEST,
                 "invalid_request_error",
                 e.to_string(),

@@ -9,7 +9,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use cinder_runtime::RuntimeError;
-use cinder_runtime::engine::{Event, EventStream, Request as EngineRequest};
+use cinder_runtime::constraint::Constraint;
+use cinder_runtime::engine::{Event, EventStream, MAX_TOP_LOGPROBS, Request as EngineRequest};
 use cinder_runtime::sampler::SamplingParams;
 use cinder_runtime::tokenizer::{ChatMessage, apply_chat_template};
 use futures_util::Stream;
@@ -65,6 +66,7 @@ fn engine_status(e: RuntimeError) -> Status {
         | RuntimeError::EmptyPrompt
         | RuntimeError::InvalidRequest(_)
         | RuntimeError::Sampling(_)
+        | RuntimeError::Constraint(_)
         | RuntimeError::Tokenizer(_)
         | RuntimeError::Template(_) => Status::invalid_argument(e.to_string()),
         other => Status::internal(other.to_string()),
@@ -132,8 +134,41 @@ impl Service {
             stop_strings: r.stop,
             stop_on_eos: true,
             timeout: Some(timeout),
+            constraint: match constraint_of(r.constraint)? {
+                Some(c) => Some(crate::structured::compile_raw(s, &c).map_err(|e| match e {
+                    Ok(bad) => Status::invalid_argument(bad),
+                    Err(internal) => Status::internal(internal),
+                })?),
+                None => None,
+            },
+            logprobs: match r.logprobs {
+                Some(k) if k as usize > MAX_TOP_LOGPROBS => {
+                    return Err(Status::invalid_argument(format!(
+                        "logprobs must be at most {MAX_TOP_LOGPROBS}"
+                    )));
+                }
+                k => k.map(|k| k as usize),
+            },
         })
     }
+}
+
+/// The request's constraint, as the runtime takes it.
+fn constraint_of(
+    c: Option<pb::generate_request::Constraint>,
+) -> Result<Option<Constraint>, Status> {
+    use pb::generate_request::Constraint as C;
+    Ok(match c {
+        None | Some(C::JsonObject(false)) => None,
+        Some(C::JsonObject(true)) => Some(Constraint::JsonObject),
+        Some(C::JsonSchema(s)) => {
+            let v: serde_json::Value = serde_json::from_str(&s)
+                .map_err(|e| Status::invalid_argument(format!("json_schema is not JSON: {e}")))?;
+            Some(Constraint::JsonSchema(v))
+        }
+        Some(C::Regex(r)) => Some(Constraint::Regex(r)),
+        Some(C::Grammar(g)) => Some(Constraint::Lark(g)),
+    })
 }
 
 /// Maps engine events to messages; dropping it (call cancelled) cancels the sequence.
@@ -146,18 +181,35 @@ fn messages(state: AppState, stream: EventStream) -> GenStream {
                 return None;
             }
             match stream.next().await {
-                Some(Event::Token { id, text }) => {
+                Some(Event::Token { id, text, logprob }) => {
                     let now = Instant::now();
                     match last {
                         None => state.metrics.ttft.observe((now - start).as_secs_f64()),
                         Some(l) => state.metrics.itl.observe((now - l).as_secs_f64()),
                     }
                     last = Some(now);
+                    let logprob = logprob.map(|lp| pb::TokenLogprob {
+                        logprob: lp.logprob,
+                        top: lp
+                            .top
+                            .iter()
+                            .map(|&(t, l)| pb::TopLogprob {
+                                token_id: t,
+                                token: state
+                                    .tok
+                                    .token_bytes(t)
+                                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                                    .unwrap_or_default(),
+                                logprob: l,
+                            })
+                            .collect(),
+                    });
                     let m = GenerateResponse {
                         token_id: Some(id),
                         text,
                         finish_reason: String::new(),
                         usage: None,
+                        logprob,
                     };
                     Some((Ok(m), (state, stream, last, false)))
                 }
@@ -183,6 +235,7 @@ fn messages(state: AppState, stream: EventStream) -> GenStream {
                             completion_tokens: usage.completion_tokens as u32,
                             cached_tokens: usage.cached_tokens as u32,
                         }),
+                        logprob: None,
                     };
                     Some((Ok(m), (state, stream, last, true)))
                 }

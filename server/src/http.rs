@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, Common, CompletionRequest, Prompt, Usage};
+use crate::structured;
 
 /// The router with every route and layer.
 pub fn router(state: AppState) -> Router {
@@ -283,6 +284,11 @@ fn build_request(
         stop_strings: stop,
         stop_on_eos: !c.ignore_eos,
         timeout: Some(timeout),
+        constraint: match structured::constraint_of(c)? {
+            Some(k) => Some(structured::compile(s, &k)?),
+            None => None,
+        },
+        logprobs: None,
     })
 }
 
@@ -321,7 +327,8 @@ async fn chat(
         .tok
         .tokenize(&text, false, true)
         .map_err(|e| ApiError::bad_request(e.to_string(), "messages"))?;
-    let r = build_request(&s, ids, &req.common, "messages")?;
+    let mut r = build_request(&s, ids, &req.common, "messages")?;
+    r.logprobs = structured::chat_logprobs(&req.common)?;
     let stream = s
         .engine
         .submit(r)
@@ -352,7 +359,8 @@ async fn completions(
         .tok
         .encode(&prompt, true)
         .map_err(|e| ApiError::bad_request(e.to_string(), "prompt"))?;
-    let r = build_request(&s, ids, &req.common, "prompt")?;
+    let mut r = build_request(&s, ids, &req.common, "prompt")?;
+    r.logprobs = structured::completion_logprobs(&req.common)?;
     let stream = s
         .engine
         .submit(r)
@@ -407,15 +415,23 @@ async fn respond(
     }
     let mut stream = stream;
     let mut text = String::new();
+    let mut lps = Vec::new();
     let mut clock = Clock {
         start: Instant::now(),
         last: None,
     };
     loop {
         match stream.next().await {
-            Some(Event::Token { text: t, .. }) => {
+            Some(Event::Token {
+                id: tok,
+                text: t,
+                logprob,
+            }) => {
                 clock.tick(&s);
                 text.push_str(&t);
+                if let Some(lp) = logprob {
+                    lps.push((tok, lp));
+                }
             }
             Some(Event::Finished {
                 reason,
@@ -428,25 +444,46 @@ async fn respond(
                     return Err(ApiError::internal("generation failed in the engine"));
                 }
                 let fr = finish_reason(reason);
+                let asked = !lps.is_empty() || logprobs_asked(c, kind);
                 let body = match kind {
-                    Kind::Chat => json!({
-                        "id": id, "object": "chat.completion", "created": created,
-                        "model": s.cfg.model_name,
-                        "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                                     "logprobs": null, "finish_reason": fr}],
-                        "usage": Usage::from(usage),
-                    }),
-                    Kind::Completion => json!({
-                        "id": id, "object": "text_completion", "created": created,
-                        "model": s.cfg.model_name,
-                        "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": fr}],
-                        "usage": Usage::from(usage),
-                    }),
+                    Kind::Chat => {
+                        let lp = asked.then(|| {
+                            let content: Vec<Value> = lps
+                                .iter()
+                                .map(|(t, lp)| structured::chat_entry(&s.tok, *t, lp))
+                                .collect();
+                            json!({"content": content, "refusal": null})
+                        });
+                        json!({
+                            "id": id, "object": "chat.completion", "created": created,
+                            "model": s.cfg.model_name,
+                            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                                         "logprobs": lp, "finish_reason": fr}],
+                            "usage": Usage::from(usage),
+                        })
+                    }
+                    Kind::Completion => {
+                        let lp = asked.then(|| structured::completion_block(&s.tok, &lps, 0));
+                        json!({
+                            "id": id, "object": "text_completion", "created": created,
+                            "model": s.cfg.model_name,
+                            "choices": [{"index": 0, "text": text, "logprobs": lp, "finish_reason": fr}],
+                            "usage": Usage::from(usage),
+                        })
+                    }
                 };
                 return Ok(Json(body).into_response());
             }
             None => return Err(ApiError::internal("the engine stopped")),
         }
+    }
+}
+
+/// Whether the request asked for log-probabilities (`logprobs` true or a number).
+fn logprobs_asked(c: &Common, kind: Kind) -> bool {
+    match kind {
+        Kind::Chat => c.logprobs == Some(Value::Bool(true)),
+        Kind::Completion => c.logprobs.as_ref().is_some_and(Value::is_number),
     }
 }
 
@@ -491,6 +528,8 @@ struct SseState {
     first: bool,
     done: bool,
     clock: Clock,
+    /// bytes of text sent so far (completions' `text_offset`)
+    offset: usize,
 }
 
 fn data(v: &Value) -> SseEvent {
@@ -517,6 +556,7 @@ fn sse(
         pending: Default::default(),
         first: true,
         done: false,
+        offset: 0,
         clock: Clock {
             start: Instant::now(),
             last: None,
@@ -537,10 +577,10 @@ fn sse(
                 return None;
             }
             match st.stream.next().await {
-                Some(Event::Token { text, .. }) => {
+                Some(Event::Token { id, text, logprob }) => {
                     st.clock.tick(&st.s);
-                    if !text.is_empty() {
-                        let c = chunk(
+                    if !text.is_empty() || logprob.is_some() {
+                        let mut c = chunk(
                             &st.s,
                             &st.id,
                             st.kind,
@@ -549,6 +589,17 @@ fn sse(
                             st.first,
                             None,
                         );
+                        if let Some(lp) = logprob {
+                            c["choices"][0]["logprobs"] = match st.kind {
+                                Kind::Chat => {
+                                    json!({"content": [structured::chat_entry(&st.s.tok, id, &lp)]})
+                                }
+                                Kind::Completion => {
+                                    structured::completion_block(&st.s.tok, &[(id, lp)], st.offset)
+                                }
+                            };
+                        }
+                        st.offset += text.len();
                         st.first = false;
                         st.pending.push_back(data(&c));
                     }

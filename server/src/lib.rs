@@ -12,6 +12,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod openai;
+pub mod structured;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -72,6 +73,8 @@ pub struct Inner {
     draining: AtomicBool,
     created: u64,
     embedder: Option<Arc<embed::EmbeddingService>>,
+    /// The grammar compiler of the served vocabulary, built by the first constrained request.
+    grammars: std::sync::OnceLock<Result<cinder_runtime::constraint::Grammars, String>>,
 }
 
 /// The handlers' state (cheap to clone).
@@ -100,6 +103,7 @@ pub fn state_with_embedder(
         draining: AtomicBool::new(false),
         created,
         embedder: embedder.map(Arc::new),
+        grammars: std::sync::OnceLock::new(),
     })
 }
 

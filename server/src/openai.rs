@@ -68,6 +68,16 @@ pub struct Common {
     pub ignore_eos: bool,
     /// number of choices (only 1 is served)
     pub n: Option<i64>,
+    /// `{"type": "text" | "json_object" | "json_schema", "json_schema": {...}}`
+    pub response_format: Option<Value>,
+    /// extension (as vLLM): the text must match this regular expression
+    pub guided_regex: Option<String>,
+    /// extension (as vLLM): the text must follow this Lark grammar
+    pub guided_grammar: Option<String>,
+    /// chat: `true` to return each token's log-probability; completions: how many alternatives
+    pub logprobs: Option<Value>,
+    /// chat: alternatives per token (0–20, with `logprobs: true`)
+    pub top_logprobs: Option<i64>,
 }
 
 /// One chat message. `content` is a string or a list of content parts (text parts are joined).

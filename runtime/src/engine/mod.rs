@@ -16,22 +16,28 @@ use burn::tensor::{Int, Tensor, TensorData};
 use cinder_backends::InferenceBackend;
 use cinder_backends::attention::{PagedBatch, SeqSlice};
 use serde::Serialize;
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
+use crate::constraint::{GrammarCost, TokenMatcher};
 use crate::error::{Result, RuntimeError};
 use crate::kv::{BlockManager, KvBudget, PagedKvCache, SeqId};
 use crate::model::{CausalLm, Logits, logits_to_vec};
-use crate::sampler::{Sampler, SamplingParams};
+use crate::sampler::Sampler;
 use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
 use crate::tokenizer::{Detokenizer, Tokenizer};
 
 mod draft;
 mod finish;
+mod pick;
+mod request;
 pub mod spec;
 mod thread;
 pub use draft::check_draft_tokenizer;
 pub use finish::FinishReason;
 use finish::StopMatcher;
+pub use pick::{MAX_TOP_LOGPROBS, TokenLogprob};
+use request::validate_request;
+pub use request::{Event, EventStream, Request, Usage};
 pub use spec::SpeculativeConfig;
 pub use thread::{Engine, EngineHandle};
 
@@ -81,105 +87,6 @@ pub fn default_kv_budget(
     KvBudget::Bytes(want.min(cap).max(bytes_per_token * 1024))
 }
 
-/// What to generate for one request.
-#[derive(Debug, Clone)]
-pub struct Request {
-    /// Prompt token ids (BOS included if the model wants one).
-    pub prompt: Vec<u32>,
-    /// Most new tokens (at least 1).
-    pub max_tokens: usize,
-    /// Sampling settings.
-    pub sampling: SamplingParams,
-    /// Generation ends when the text contains one of these (not emitted).
-    pub stop_strings: Vec<String>,
-    /// End at the model's end-of-generation tokens.
-    pub stop_on_eos: bool,
-    /// Ends the request with [`FinishReason::Timeout`] this long after submission (`None`: the
-    /// engine's default).
-    pub timeout: Option<Duration>,
-}
-
-impl Request {
-    /// A greedy request for `max_tokens` tokens.
-    pub fn greedy(prompt: Vec<u32>, max_tokens: usize) -> Self {
-        Self {
-            prompt,
-            max_tokens,
-            sampling: SamplingParams::greedy(),
-            stop_strings: Vec::new(),
-            stop_on_eos: true,
-            timeout: None,
-        }
-    }
-}
-
-/// Token counts of a finished request.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Usage {
-    /// prompt tokens
-    pub prompt_tokens: usize,
-    /// generated tokens
-    pub completion_tokens: usize,
-    /// prompt tokens served from the prefix cache
-    pub cached_tokens: usize,
-}
-
-/// One thing that happened to a request.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    /// A generated token and the text it completes (empty while bytes or a possible stop string
-    /// are held back).
-    Token {
-        /// token id
-        id: u32,
-        /// new text
-        text: String,
-    },
-    /// The end. `text` is what was still held back.
-    Finished {
-        /// why it ended
-        reason: FinishReason,
-        /// remaining text
-        text: String,
-        /// token counts
-        usage: Usage,
-    },
-}
-
-/// The events of one request. Dropping it cancels the request.
-#[derive(Debug)]
-pub struct EventStream {
-    id: SeqId,
-    rx: UnboundedReceiver<Event>,
-}
-
-impl EventStream {
-    /// The request's id.
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// The next event (`None` after `Finished`).
-    pub async fn next(&mut self) -> Option<Event> {
-        self.rx.recv().await
-    }
-
-    /// The next event, blocking the thread (not for async contexts).
-    pub fn blocking_next(&mut self) -> Option<Event> {
-        self.rx.blocking_recv()
-    }
-
-    /// The next event if one is ready.
-    pub fn try_next(&mut self) -> Option<Event> {
-        self.rx.try_recv().ok()
-    }
-
-    /// The underlying receiver (to adapt into other stream types).
-    pub fn into_receiver(self) -> UnboundedReceiver<Event> {
-        self.rx
-    }
-}
-
 /// What the engine is doing (cheap to read; updated every step).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct EngineStats {
@@ -219,6 +126,8 @@ pub struct EngineStats {
     pub spec_draft_tokens: u64,
     /// of those, accepted
     pub spec_accepted_tokens: u64,
+    /// grammar work of the constrained requests finished so far
+    pub grammar: GrammarCost,
 }
 
 struct Live {
@@ -233,6 +142,19 @@ struct Live {
     deadline: Option<Instant>,
     prompt_len: usize,
     admitted: bool,
+    /// the grammar a constrained request follows
+    matcher: Option<TokenMatcher>,
+    /// alternatives per token when log-probabilities were asked for
+    logprobs: Option<usize>,
+    /// log-probabilities of the tokens the last forward picked, in order, for `emit`
+    pending_lp: std::collections::VecDeque<TokenLogprob>,
+}
+
+impl Live {
+    /// Whether this sequence's pick is the plain argmax of its logits (taken on the device).
+    fn argmax_ok(&self) -> bool {
+        self.sampler.is_plain_greedy() && self.matcher.is_none() && self.logprobs.is_none()
+    }
 }
 
 /// Hooks the threaded engine gives a core: counts of not-yet-admitted requests.
@@ -376,6 +298,9 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
                 deadline: timeout.map(|t| submitted + t),
                 prompt_len: r.prompt.len(),
                 admitted: false,
+                matcher: r.constraint,
+                logprobs: r.logprobs,
+                pending_lp: Default::default(),
             },
         );
         self.sched.add(id, r.prompt);
@@ -437,6 +362,9 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
             }
         }
         self.stats.finished += 1;
+        if let Some(m) = &l.matcher {
+            self.stats.grammar += m.cost();
+        }
         let _ = l.tx.send(Event::Finished {
             reason,
             text,
@@ -559,7 +487,17 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
                 })
                 .collect(),
         };
-        for (id, d) in proposals {
+        for (id, mut d) in proposals {
+            // A constrained sequence verifies only the drafts its grammar accepts.
+            if let Some(m) = self.live.get_mut(&id).and_then(|l| l.matcher.as_mut()) {
+                match m.valid_prefix(&d) {
+                    Ok(n) => d.truncate(n),
+                    Err(e) => {
+                        tracing::warn!(id, "checking drafts against the grammar: {e}");
+                        d.clear();
+                    }
+                }
+            }
             if !d.is_empty() && d.len() >= min {
                 self.sched.set_drafts(id, d);
             }
@@ -586,13 +524,13 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
                 rows.extend(ids.len() - 1 - s.drafts..ids.len());
             }
         }
-        // Every sampled sequence greedy without penalties: the argmax is taken on the device and
-        // only token ids come back.
-        let greedy = plan.seqs.iter().filter(|s| s.sample).all(|s| {
-            self.live
-                .get(&s.id)
-                .is_some_and(|l| l.sampler.is_plain_greedy())
-        });
+        // Every sampled sequence greedy without penalties, grammar or log-probabilities: the
+        // argmax is taken on the device and only token ids come back.
+        let greedy = plan
+            .seqs
+            .iter()
+            .filter(|s| s.sample)
+            .all(|s| self.live.get(&s.id).is_some_and(Live::argmax_ok));
         let Some(rows_out) = forward_ragged(self.model, &mut self.cache, seqs, ids, rows, greedy)?
         else {
             return Ok(Vec::new());
@@ -602,6 +540,7 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
             StepRows::Argmax(best) => return Ok(greedy_picks(plan, &best)),
         };
         let mut out = Vec::with_capacity(plan.seqs.len());
+        let mut failed = Vec::new();
         let mut row = 0usize;
         for s in plan.seqs.iter().filter(|s| s.sample) {
             let first = row;
@@ -609,19 +548,41 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
             let Some(l) = self.live.get_mut(&s.id) else {
                 continue;
             };
-            if s.drafts == 0 {
-                let tok = l
-                    .sampler
-                    .sample(&host[first * vocab..(first + 1) * vocab], &l.history)?;
-                out.push((s.id, vec![tok]));
-                continue;
-            }
             let rows: Vec<&[f32]> = (first..row)
                 .map(|r| &host[r * vocab..(r + 1) * vocab])
                 .collect();
-            let drafts = &s.tokens[1..];
-            let toks = spec::verify_drafts(&mut l.sampler, &l.history, &rows, drafts)?;
+            let picked = if s.drafts == 0 {
+                pick::pick(&mut l.sampler, l.matcher.as_mut(), rows[0], &l.history).map(|t| vec![t])
+            } else {
+                let drafts = &s.tokens[1..];
+                match l.matcher.as_mut() {
+                    Some(m) => {
+                        pick::verify_constrained(&mut l.sampler, m, &l.history, &rows, drafts)
+                    }
+                    None => spec::verify_drafts(&mut l.sampler, &l.history, &rows, drafts),
+                }
+            };
+            let toks = match picked {
+                Ok(t) => t,
+                // A grammar that cannot go on ends its own request, not the step.
+                Err(e @ RuntimeError::Constraint(_)) => {
+                    tracing::warn!(id = s.id, "{e}");
+                    failed.push(s.id);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if let Some(k) = l.logprobs {
+                l.pending_lp = toks
+                    .iter()
+                    .zip(&rows)
+                    .map(|(&t, r)| TokenLogprob::of(r, t, k))
+                    .collect();
+            }
             out.push((s.id, toks));
+        }
+        for id in failed {
+            self.finish(id, FinishReason::Error);
         }
         Ok(out)
     }
@@ -631,7 +592,9 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         let Some(l) = self.live.get_mut(&id) else {
             return;
         };
-        if l.stop_on_eos && self.tok.eot_ids.contains(&tok) {
+        let lp = l.pending_lp.pop_front();
+        // A constrained sequence ends at an end-of-generation token its grammar let through.
+        if (l.stop_on_eos || l.matcher.is_some()) && self.tok.eot_ids.contains(&tok) {
             self.finish(id, FinishReason::Eos);
             return;
         }
@@ -646,10 +609,16 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
             }
         };
         let (text, hit) = l.stops.feed(&piece);
-        let closed = l.tx.send(Event::Token { id: tok, text }).is_err();
+        let done = l.matcher.as_ref().is_some_and(TokenMatcher::is_done);
+        let event = Event::Token {
+            id: tok,
+            text,
+            logprob: lp,
+        };
+        let closed = l.tx.send(event).is_err();
         if closed {
             self.finish(id, FinishReason::Cancelled);
-        } else if hit {
+        } else if hit || done {
             self.finish(id, FinishReason::Stop);
         } else if l.generated >= l.max_tokens {
             self.finish(id, FinishReason::Length);
@@ -770,28 +739,4 @@ fn kv_blocks<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
         )));
     }
     Ok(blocks)
-}
-
-/// The request checks shared by the core and the handle.
-fn validate_request(r: &Request, vocab: usize, max_tokens_total: usize) -> Result<()> {
-    let bad = |m: String| Err(RuntimeError::InvalidRequest(m));
-    if r.prompt.is_empty() {
-        return Err(RuntimeError::EmptyPrompt);
-    }
-    if r.max_tokens == 0 {
-        return bad("max_tokens must be at least 1".into());
-    }
-    if let Some(&t) = r.prompt.iter().find(|&&t| t as usize >= vocab) {
-        return bad(format!(
-            "prompt token {t} is outside the vocabulary of {vocab}"
-        ));
-    }
-    if r.prompt.len() + r.max_tokens > max_tokens_total {
-        return Err(RuntimeError::ContextOverflow {
-            prompt: r.prompt.len(),
-            max_new: r.max_tokens,
-            ctx: max_tokens_total,
-        });
-    }
-    r.sampling.validate()
 }

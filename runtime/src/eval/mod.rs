@@ -7,8 +7,9 @@
 
 pub mod kld;
 
-use crate::attention::ContiguousKvCache;
+use crate::attention::{AttentionCache, ContiguousKvCache};
 use crate::error::{Result, RuntimeError};
+use crate::kv::SeqPagedCache;
 use crate::model::{CausalLm, Logits};
 use crate::model::{logits_to_vec, token_tensor};
 use crate::sampler::log_prob;
@@ -23,6 +24,9 @@ pub struct PerplexityOptions {
     pub max_chunks: Option<usize>,
     /// replace each chunk's first token with this BOS id (models that add BOS)
     pub bos: Option<u32>,
+    /// Run each chunk through a paged cache (f16 K/V, the engine's arithmetic: the
+    /// log-probabilities then equal the ones served requests report) instead of the contiguous one.
+    pub paged: bool,
 }
 
 /// The result.
@@ -88,12 +92,21 @@ pub fn perplexity_rows<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
         if let Some(bos) = opts.bos {
             chunk[0] = bos;
         }
-        let mut cache = ContiguousKvCache::<B>::new(model.n_layers(), ctx);
+        let mut contiguous;
+        let mut paged;
+        let cache: &mut dyn AttentionCache<B> = if opts.paged {
+            let (kvh, hd) = model.kv_dims();
+            paged = SeqPagedCache::<B>::new(model.n_layers(), kvh, hd, ctx, &device)?;
+            &mut paged
+        } else {
+            contiguous = ContiguousKvCache::<B>::new(model.n_layers(), ctx);
+            &mut contiguous
+        };
         // Logits for positions first .. ctx-1 (the last one predicts past the chunk and is unused).
         let n_out = ctx - first;
         let logits = logits_to_vec(model.forward(
             token_tensor::<B>(&chunk, &device),
-            &mut cache,
+            cache,
             Logits::Tail(n_out),
         ))?;
         for j in 0..scored {

@@ -37,6 +37,11 @@ pub struct BenchArgs {
     /// text file with prompt lookup off and on (--draft-tokens), alternating --reps times.
     #[arg(long, value_name = "FILE")]
     pub spec_prompt: Option<std::path::PathBuf>,
+    /// Constrained-decoding test: a chat prompt asking for JSON, with this JSON schema and
+    /// without, alternating --reps times, at batch 1 and at the largest --concurrency (else 8),
+    /// up to --gen-tokens tokens; reports the decode rates and the grammar's time per mask.
+    #[arg(long, value_name = "FILE")]
+    pub json_schema: Option<std::path::PathBuf>,
     /// Print one JSON line.
     #[arg(long)]
     pub json: bool,
@@ -170,6 +175,22 @@ impl BackendTask for Task {
             }
             None => None,
         };
+        let grammar = match &a.json_schema {
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("reading {}", p.display()))?;
+                let c = a.concurrency.iter().copied().max().unwrap_or(8);
+                Some(crate::bench_grammar::run(
+                    &m,
+                    &cfg,
+                    &text,
+                    c,
+                    a.gen_tokens.max(8),
+                    reps,
+                )?)
+            }
+            None => None,
+        };
         let threads = self
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -211,6 +232,7 @@ impl BackendTask for Task {
                     "ttft_cached_ms": warm, "ratio": warm / cold,
                 })),
                 "speculation": spec,
+                "grammar": grammar,
                 // kernel launches per decoded token at batch 1, and per layer (CubeCL backends)
                 "dispatches_per_token": dispatches,
                 "dispatches_per_layer": dispatches.map(|d| d / layers),
@@ -268,6 +290,23 @@ impl BackendTask for Task {
                     s.paired_speedup,
                     100.0 * s.acceptance,
                     s.steps_per_token
+                );
+            }
+            if let Some(g) = &grammar {
+                for l in &g.levels {
+                    println!(
+                        "json schema, {} at once: {:.2} t/s constrained vs {:.2} t/s free ({:.3}x), {} tokens",
+                        l.concurrency, l.constrained_tps, l.free_tps, l.ratio, l.tokens
+                    );
+                }
+                println!(
+                    "grammar: compile {:.0} µs; {} checks at {:.1} µs; {} masks at {:.0} µs ({:.3} per token)",
+                    g.compile_us,
+                    g.checks,
+                    g.us_per_check,
+                    g.masks,
+                    g.us_per_mask,
+                    g.masks_per_token
                 );
             }
             if let Some(d) = dispatches {

@@ -156,6 +156,7 @@ fn run_all<B: InferenceBackend>(
             ctx: a.ctx,
             max_chunks: a.chunks,
             bos,
+            paged: false,
         };
         let name = path.file_name().map(|f| f.to_string_lossy().into_owned());
         let ev = evaluate(

@@ -2,9 +2,10 @@
 
 use std::io::{BufRead, Write};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use cinder::prelude::*;
-use cinder::runtime::tokenizer::{ChatMessage, apply_chat_template};
+use cinder::runtime::constraint::{Constraint, Grammars};
+use cinder::runtime::tokenizer::{ChatMessage, Tokenizer, apply_chat_template};
 use clap::Args;
 
 /// Sampling and length flags shared by `run` and `chat`.
@@ -40,12 +41,41 @@ pub struct GenFlags {
     /// Context size to allocate.
     #[arg(long, default_value_t = 4096)]
     pub ctx: usize,
+    /// The output must be JSON valid under the JSON schema in this file.
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub json_schema: Option<std::path::PathBuf>,
+    /// The output must follow the Lark grammar in this file (`start` is the top rule).
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub grammar: Option<std::path::PathBuf>,
+    /// The output must match this regular expression (Rust regex syntax), whole.
+    #[arg(long, value_name = "R", group = "constraint")]
+    pub regex: Option<String>,
     #[command(flatten)]
     pub spec: crate::engine_flags::SpecFlags,
 }
 
 impl GenFlags {
-    fn options(&self) -> anyhow::Result<GenerateOptions> {
+    /// The constraint the flags ask for, if any.
+    pub fn constraint(&self) -> Result<Option<Constraint>> {
+        let read = |p: &std::path::Path| {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+        };
+        Ok(if let Some(p) = &self.json_schema {
+            let v = serde_json::from_str(&read(p)?)
+                .with_context(|| format!("{} is not JSON", p.display()))?;
+            Some(Constraint::JsonSchema(v))
+        } else if let Some(p) = &self.grammar {
+            Some(Constraint::Lark(read(p)?))
+        } else {
+            self.regex.clone().map(Constraint::Regex)
+        })
+    }
+
+    fn options(&self, tok: &Tokenizer) -> Result<GenerateOptions> {
+        let constraint = match self.constraint()? {
+            Some(c) => Some(Grammars::new(tok, tok.vocab_size)?.compile(&c)?),
+            None => None,
+        };
         Ok(GenerateOptions {
             max_tokens: self.max_tokens,
             sampling: SamplingParams {
@@ -61,6 +91,7 @@ impl GenFlags {
             stop_on_eos: !self.ignore_eos,
             context: self.ctx,
             speculative: self.spec.config()?,
+            constraint,
         })
     }
 }
@@ -115,7 +146,7 @@ impl BackendTask for RunTask {
                 .map(|d| &d.model as &(dyn CausalLm<B> + Sync)),
             &m.tokenizer,
             &ids,
-            &a.sampling.options()?,
+            &a.sampling.options(&m.tokenizer)?,
             &mut stream_to_stdout,
         )?;
         println!();
@@ -157,7 +188,7 @@ impl BackendTask for ChatTask {
         if let Some(s) = &a.system {
             messages.push(ChatMessage::new("system", s.clone()));
         }
-        let opts = a.sampling.options()?;
+        let opts = a.sampling.options(&m.tokenizer)?;
         let turn = |messages: &mut Vec<ChatMessage>, user: String| -> Result<()> {
             messages.push(ChatMessage::new("user", user));
             let text = apply_chat_template(&m.tokenizer, messages, true)?;

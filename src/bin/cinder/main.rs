@@ -3,6 +3,7 @@
 mod bench;
 mod bench_embed;
 mod bench_engine;
+mod bench_grammar;
 mod bench_spec;
 mod embed_cmd;
 mod engine_flags;

@@ -36,6 +36,10 @@ pub struct PerplexityArgs {
     /// ratio, ΔPPL, Δp and same-top-token statistics, as llama-perplexity reports them.
     #[arg(long, value_name = "FILE")]
     pub kl_divergence: Option<PathBuf>,
+    /// Score through the engine's paged cache (f16 K/V): the log-probabilities of served requests
+    /// (`logprobs`) on the same text.
+    #[arg(long)]
+    pub paged: bool,
 }
 
 /// The text to score: a file, or a catalog data name such as `lee-corpus`.
@@ -73,6 +77,7 @@ impl BackendTask for Task {
             ctx: a.ctx.or(base.as_ref().map(BaseLogits::ctx)).unwrap_or(512),
             max_chunks: a.chunks,
             bos,
+            paged: a.paged,
         };
         let quiet = a.json;
         let save_k = a.save_logits.as_ref().map(|_| a.logits_top_k);
