@@ -555,12 +555,8 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
                 pick::pick(&mut l.sampler, l.matcher.as_mut(), rows[0], &l.history).map(|t| vec![t])
             } else {
                 let drafts = &s.tokens[1..];
-                match l.matcher.as_mut() {
-                    Some(m) => {
-                        pick::verify_constrained(&mut l.sampler, m, &l.history, &rows, drafts)
-                    }
-                    None => spec::verify_drafts(&mut l.sampler, &l.history, &rows, drafts),
-                }
+                let m = l.matcher.as_mut();
+                spec::verify_drafts(&mut l.sampler, m, &l.history, &rows, drafts)
             };
             let toks = match picked {
                 Ok(t) => t,

@@ -89,7 +89,7 @@ pub(super) fn pick(
 }
 
 /// The slow path: masks what the grammar forbids and samples again.
-fn resample(
+pub(super) fn resample(
     sampler: &mut Sampler,
     m: &mut TokenMatcher,
     logits: &[f32],
@@ -104,46 +104,6 @@ fn resample(
         )));
     }
     Ok(tok)
-}
-
-/// Speculative verification for a constrained sequence: as [`super::spec::verify_drafts`], with
-/// the drafts already checked against the grammar (so an accepted draft is a valid token) and the
-/// token drawn where a draft is rejected, or after the last, checked and redrawn under the mask
-/// when the grammar refuses it. The matcher advances past every token returned.
-pub(super) fn verify_constrained(
-    sampler: &mut Sampler,
-    m: &mut TokenMatcher,
-    history: &[u32],
-    rows: &[&[f32]],
-    drafts: &[u32],
-) -> Result<Vec<u32>> {
-    let mut hist = history.to_vec();
-    let mut out = Vec::with_capacity(drafts.len() + 1);
-    for (j, row) in rows.iter().enumerate() {
-        let replacement = match drafts.get(j) {
-            Some(&d) => sampler.verify(row, &hist, d)?,
-            None => Some(sampler.sample(row, &hist)?),
-        };
-        match replacement {
-            None => {
-                let d = drafts[j];
-                m.advance(d)?;
-                out.push(d);
-                hist.push(d);
-            }
-            Some(t) => {
-                let t = if m.check(t)? {
-                    t
-                } else {
-                    resample(sampler, m, row, &hist)?
-                };
-                m.advance(t)?;
-                out.push(t);
-                return Ok(out);
-            }
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 //! ones out of the KV cache. Output is unchanged (greedy: token for token; sampling: in
 //! distribution); only the number of forwards drops when the text repeats itself.
 
+use crate::constraint::TokenMatcher;
 use crate::error::Result;
 use crate::sampler::Sampler;
 
@@ -75,8 +76,14 @@ pub fn ngram_draft(tokens: &[u32], cfg: &SpeculativeConfig) -> Vec<u32> {
 /// Verifies `drafts` against `rows` (logits after the last accepted token, then after each
 /// draft: `drafts.len() + 1` rows) and returns the tokens to emit: the accepted drafts, then the
 /// token sampled where the first draft was rejected (or after the last one).
+///
+/// A constrained sequence's drafts were cut to what its grammar accepts, so an accepted draft is a
+/// valid token; the token drawn where a draft is rejected (or after the last) is checked and, when
+/// the grammar refuses it, drawn again under the grammar's mask. The matcher advances past every
+/// token returned; rejected drafts never reach it.
 pub fn verify_drafts(
     sampler: &mut Sampler,
+    mut matcher: Option<&mut TokenMatcher>,
     history: &[u32],
     rows: &[&[f32]],
     drafts: &[u32],
@@ -84,21 +91,32 @@ pub fn verify_drafts(
     let mut hist = history.to_vec();
     let mut out = Vec::with_capacity(drafts.len() + 1);
     for (j, row) in rows.iter().enumerate() {
-        match drafts.get(j) {
-            Some(&d) => match sampler.verify(row, &hist, d)? {
-                None => {
-                    out.push(d);
-                    hist.push(d);
+        let replacement = match drafts.get(j) {
+            Some(&d) => sampler.verify(row, &hist, d)?,
+            None => Some(sampler.sample(row, &hist)?),
+        };
+        let (t, last) = match replacement {
+            None => (drafts[j], false),
+            Some(t) => match matcher.as_deref_mut() {
+                Some(m) => {
+                    let ok = m.check(t)?;
+                    let t = if ok {
+                        t
+                    } else {
+                        super::pick::resample(sampler, m, row, &hist)?
+                    };
+                    (t, true)
                 }
-                Some(t) => {
-                    out.push(t);
-                    return Ok(out);
-                }
+                None => (t, true),
             },
-            None => {
-                out.push(sampler.sample(row, &hist)?);
-                return Ok(out);
-            }
+        };
+        if let Some(m) = matcher.as_deref_mut() {
+            m.advance(t)?;
+        }
+        out.push(t);
+        hist.push(t);
+        if last {
+            return Ok(out);
         }
     }
     Ok(out)
@@ -151,16 +169,16 @@ mod tests {
         let refs: Vec<&[f32]> = rows.iter().map(|r| r.as_slice()).collect();
         // Drafts 3, 4 accepted; 5 rejected for 6.
         assert_eq!(
-            verify_drafts(&mut s, &[], &refs, &[3, 4, 5]).expect("verify"),
+            verify_drafts(&mut s, None, &[], &refs, &[3, 4, 5]).expect("verify"),
             vec![3, 4, 6]
         );
         // All accepted: the bonus token from the last row.
         assert_eq!(
-            verify_drafts(&mut s, &[], &refs, &[3, 4, 6]).expect("verify"),
+            verify_drafts(&mut s, None, &[], &refs, &[3, 4, 6]).expect("verify"),
             vec![3, 4, 6, 7]
         );
         assert_eq!(
-            verify_drafts(&mut s, &[], &refs[..1], &[]).expect("verify"),
+            verify_drafts(&mut s, None, &[], &refs[..1], &[]).expect("verify"),
             vec![3]
         );
     }

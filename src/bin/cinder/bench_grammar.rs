@@ -130,10 +130,11 @@ pub fn run<B: InferenceBackend>(
     let engine = Engine::start::<B, _>(m.model.clone(), m.tokenizer.clone(), cfg)?;
     let h = engine.handle();
     let req = |i: usize, constrained: bool, n: usize| -> Result<Request> {
-        let mut sampling = SamplingParams::default();
-        sampling.seed = i as u64;
         Ok(Request {
-            sampling,
+            sampling: SamplingParams {
+                seed: i as u64,
+                ..SamplingParams::default()
+            },
             stop_on_eos: false,
             constraint: if constrained {
                 Some(grammars.compile(&constraint)?)
