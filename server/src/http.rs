@@ -18,7 +18,9 @@ use axum::routing::{get, post};
 use cinder_runtime::engine::FinishReason;
 use cinder_runtime::engine::{Event, EventStream, Request};
 use cinder_runtime::sampler::SamplingParams;
-use cinder_runtime::tokenizer::{ChatMessage, apply_chat_template};
+use cinder_runtime::tokenizer::{
+    ChatMessage, apply_chat_template_with_tools, template_has_tool_calls,
+};
 use futures_util::stream::{self, Stream};
 use serde_json::{Value, json};
 
@@ -26,6 +28,7 @@ use crate::AppState;
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, Common, CompletionRequest, Prompt, Usage};
 use crate::structured;
+use crate::tools::{self, Choice, Tools};
 
 /// The router with every route and layer.
 pub fn router(state: AppState) -> Router {
@@ -314,14 +317,37 @@ async fn chat(
             "messages",
         ));
     }
-    let mut msgs = Vec::with_capacity(req.messages.len());
-    for (i, m) in req.messages.iter().enumerate() {
-        let text = m.text().map_err(|e| {
-            ApiError::bad_request(format!("messages[{i}].content: {e}"), "messages")
-        })?;
-        msgs.push(ChatMessage::new(m.role.clone(), text));
+    let tools = tools::parse(
+        req.tools.as_ref(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+    )?;
+    // The template's own tool syntax, or Cinder's instructions in a system message where a
+    // grammar forces the call anyway.
+    let native = template_has_tool_calls(&s.tok);
+    if tools.as_ref().is_some_and(|t| t.choice == Choice::Auto) && !native {
+        return Err(ApiError::bad_request(
+            "this model's chat template has no tool-call syntax, so it cannot choose to call a \
+             function; use tool_choice \"required\" or name a function (a grammar then forces the call)",
+            "tool_choice",
+        ));
     }
-    let text = apply_chat_template(&s.tok, &msgs, true)
+    let mut msgs = Vec::with_capacity(req.messages.len() + 1);
+    for (i, m) in req.messages.iter().enumerate() {
+        msgs.push(
+            m.to_chat()
+                .map_err(|e| ApiError::bad_request(format!("messages[{i}]: {e}"), "messages"))?,
+        );
+    }
+    let rendered = tools.as_ref().and_then(Tools::rendered);
+    if let (Some(t), false, true) = (&tools, native, rendered.is_some()) {
+        match msgs.first_mut().filter(|m| m.role == "system") {
+            Some(sys) => sys.content = format!("{}\n\n{}", sys.content, t.system_prompt()),
+            None => msgs.insert(0, ChatMessage::new("system", t.system_prompt())),
+        }
+    }
+    let shown = rendered.as_deref().filter(|_| native);
+    let text = apply_chat_template_with_tools(&s.tok, &msgs, shown, true)
         .map_err(|e| ApiError::bad_request(e.to_string(), "messages"))?;
     let ids = s
         .tok
@@ -329,12 +355,28 @@ async fn chat(
         .map_err(|e| ApiError::bad_request(e.to_string(), "messages"))?;
     let mut r = build_request(&s, ids, &req.common, "messages")?;
     r.logprobs = structured::chat_logprobs(&req.common)?;
+    if let Some(c) = tools.as_ref().and_then(|t| t.forced(&s.tok)) {
+        if r.constraint.is_some() {
+            return Err(ApiError::bad_request(
+                "a required tool call cannot be combined with response_format or a guided constraint",
+                "tool_choice",
+            ));
+        }
+        r.constraint = Some(structured::compile_raw(&s, &c).map_err(|e| match e {
+            Ok(bad) => ApiError::bad_request(bad, "tools"),
+            Err(internal) => ApiError::internal(&internal),
+        })?);
+    }
     let stream = s
         .engine
         .submit(r)
         .map_err(|e| ApiError::from_engine(e, "messages"))?;
     let id = format!("chatcmpl-{}", stream.id());
-    respond(s, stream, id, Kind::Chat, &req.common).await
+    let parse = tools
+        .as_ref()
+        .filter(|t| t.parses())
+        .map(|t| t.functions.iter().map(|f| f.name.clone()).collect());
+    respond(s, stream, id, Kind::Chat, &req.common, parse).await
 }
 
 async fn completions(
@@ -366,7 +408,7 @@ async fn completions(
         .submit(r)
         .map_err(|e| ApiError::from_engine(e, "prompt"))?;
     let id = format!("cmpl-{}", stream.id());
-    respond(s, stream, id, Kind::Completion, &req.common).await
+    respond(s, stream, id, Kind::Completion, &req.common, None).await
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -407,11 +449,13 @@ async fn respond(
     id: String,
     kind: Kind,
     c: &Common,
+    parse_tools: Option<Vec<String>>,
 ) -> Result<Response, ApiError> {
     let created = unix_now();
     if c.stream {
         let usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        return Ok(sse(s, stream, id, kind, created, usage).into_response());
+        let parser = parse_tools.map(tools::Parser::new);
+        return Ok(sse(s, stream, id, kind, created, usage, parser).into_response());
     }
     let mut stream = stream;
     let mut text = String::new();
@@ -443,8 +487,21 @@ async fn respond(
                 if reason == FinishReason::Error {
                     return Err(ApiError::internal("generation failed in the engine"));
                 }
-                let fr = finish_reason(reason);
+                let mut fr = finish_reason(reason);
                 let asked = !lps.is_empty() || logprobs_asked(c, kind);
+                let (content, calls) = match &parse_tools {
+                    Some(names) => tools::split(&text, names.clone()),
+                    None => (Some(text.clone()), Vec::new()),
+                };
+                let mut message = json!({"role": "assistant", "content": content});
+                if !calls.is_empty() {
+                    let list: Vec<Value> = calls
+                        .iter()
+                        .map(|c| tools::call_json(c, &tools::call_id()))
+                        .collect();
+                    message["tool_calls"] = json!(list);
+                    fr = "tool_calls";
+                }
                 let body = match kind {
                     Kind::Chat => {
                         let lp = asked.then(|| {
@@ -457,7 +514,7 @@ async fn respond(
                         json!({
                             "id": id, "object": "chat.completion", "created": created,
                             "model": s.cfg.model_name,
-                            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                            "choices": [{"index": 0, "message": message,
                                          "logprobs": lp, "finish_reason": fr}],
                             "usage": Usage::from(usage),
                         })
@@ -530,6 +587,54 @@ struct SseState {
     clock: Clock,
     /// bytes of text sent so far (completions' `text_offset`)
     offset: usize,
+    /// splits content from function calls when the request has tools
+    parser: Option<tools::Parser>,
+    /// calls parsed and not yet sent
+    new_calls: Vec<tools::Call>,
+    /// calls sent so far (the next call's `index`)
+    calls: usize,
+}
+
+impl SseState {
+    /// The content part of `text` (all of it without tools); calls found go to `new_calls`.
+    /// `end`: the text is the last, so nothing is held back.
+    fn content_of(&mut self, text: &str, end: bool) -> String {
+        let Some(p) = &mut self.parser else {
+            return text.to_string();
+        };
+        let mut pieces = p.feed(text);
+        if end {
+            pieces.extend(p.finish());
+        }
+        let mut content = String::new();
+        for piece in pieces {
+            match piece {
+                tools::Piece::Content(c) => content.push_str(&c),
+                tools::Piece::Call(c) => self.new_calls.push(c),
+            }
+        }
+        content
+    }
+
+    /// One chunk per parsed call: `delta.tool_calls` with its index, id, name and arguments.
+    fn push_calls(&mut self) {
+        for c in std::mem::take(&mut self.new_calls) {
+            let mut call = tools::call_json(&c, &tools::call_id());
+            call["index"] = json!(self.calls);
+            self.calls += 1;
+            let mut ch = chunk(
+                &self.s,
+                &self.id,
+                self.kind,
+                self.created,
+                None,
+                false,
+                None,
+            );
+            ch["choices"][0]["delta"] = json!({"tool_calls": [call]});
+            self.pending.push_back(data(&ch));
+        }
+    }
 }
 
 fn data(v: &Value) -> SseEvent {
@@ -545,6 +650,7 @@ fn sse(
     kind: Kind,
     created: u64,
     include_usage: bool,
+    parser: Option<tools::Parser>,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let mut st = SseState {
         s,
@@ -557,6 +663,9 @@ fn sse(
         first: true,
         done: false,
         offset: 0,
+        parser,
+        new_calls: Vec::new(),
+        calls: 0,
         clock: Clock {
             start: Instant::now(),
             last: None,
@@ -579,6 +688,7 @@ fn sse(
             match st.stream.next().await {
                 Some(Event::Token { id, text, logprob }) => {
                     st.clock.tick(&st.s);
+                    let text = st.content_of(&text, false);
                     if !text.is_empty() || logprob.is_some() {
                         let mut c = chunk(
                             &st.s,
@@ -603,6 +713,7 @@ fn sse(
                         st.first = false;
                         st.pending.push_back(data(&c));
                     }
+                    st.push_calls();
                 }
                 Some(Event::Finished {
                     reason,
@@ -610,6 +721,7 @@ fn sse(
                     usage,
                 }) => {
                     count_usage(&st.s, &usage);
+                    let text = st.content_of(&text, true);
                     if !text.is_empty() {
                         let c = chunk(
                             &st.s,
@@ -622,7 +734,12 @@ fn sse(
                         );
                         st.pending.push_back(data(&c));
                     }
-                    let fr = finish_reason(reason);
+                    st.push_calls();
+                    let fr = if st.calls > 0 {
+                        "tool_calls"
+                    } else {
+                        finish_reason(reason)
+                    };
                     let mut last = chunk(&st.s, &st.id, st.kind, st.created, None, false, Some(fr));
                     if st.kind == Kind::Completion {
                         last["choices"][0]["text"] = json!("");

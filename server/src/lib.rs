@@ -13,6 +13,7 @@ pub mod http;
 pub mod metrics;
 pub mod openai;
 pub mod structured;
+pub mod tools;
 
 use std::future::Future;
 use std::net::SocketAddr;

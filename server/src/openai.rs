@@ -83,11 +83,17 @@ pub struct Common {
 /// One chat message. `content` is a string or a list of content parts (text parts are joined).
 #[derive(Debug, Clone, Deserialize)]
 pub struct Message {
-    /// system, user, assistant, …
+    /// system, user, assistant, tool, …
     pub role: String,
     /// the text
     #[serde(default)]
     pub content: Value,
+    /// an assistant's function calls
+    pub tool_calls: Option<Vec<Value>>,
+    /// a tool message's call id
+    pub tool_call_id: Option<String>,
+    /// a tool message's function name
+    pub name: Option<String>,
 }
 
 impl Message {
@@ -116,11 +122,54 @@ impl Message {
     }
 }
 
+impl Message {
+    /// The message as the chat template reads it: an assistant's calls with their `arguments`
+    /// parsed into objects (Hugging Face templates render them with `tojson`).
+    pub fn to_chat(&self) -> Result<cinder_runtime::tokenizer::ChatMessage, String> {
+        let mut m = cinder_runtime::tokenizer::ChatMessage::new(self.role.clone(), self.text()?);
+        if let Some(calls) = &self.tool_calls {
+            if self.role != "assistant" {
+                return Err("only assistant messages carry tool_calls".into());
+            }
+            let mut out = Vec::with_capacity(calls.len());
+            for (j, c) in calls.iter().enumerate() {
+                let f = c
+                    .get("function")
+                    .filter(|f| f.get("name").is_some_and(Value::is_string))
+                    .ok_or_else(|| format!("tool_calls[{j}] needs function.name"))?;
+                let args = match f.get("arguments") {
+                    Some(Value::String(s)) => serde_json::from_str(s).map_err(|e| {
+                        format!("tool_calls[{j}].function.arguments is not JSON: {e}")
+                    })?,
+                    Some(v) => v.clone(),
+                    None => Value::Object(Default::default()),
+                };
+                let mut c = c.clone();
+                c["function"]["arguments"] = args;
+                out.push(c);
+            }
+            m.tool_calls = Some(out);
+        }
+        if self.role == "tool" && self.tool_call_id.is_none() {
+            return Err("a tool message needs tool_call_id".into());
+        }
+        m.tool_call_id = self.tool_call_id.clone();
+        m.name = self.name.clone();
+        Ok(m)
+    }
+}
+
 /// `POST /v1/chat/completions`
 #[derive(Debug, Clone, Deserialize)]
 pub struct ChatRequest {
     /// the conversation
     pub messages: Vec<Message>,
+    /// functions the model may call
+    pub tools: Option<Value>,
+    /// `none`, `auto`, `required` or `{"type": "function", "function": {"name"}}`
+    pub tool_choice: Option<Value>,
+    /// whether several calls may come in one answer (default true)
+    pub parallel_tool_calls: Option<bool>,
     /// shared fields
     #[serde(flatten)]
     pub common: Common,

@@ -18,8 +18,13 @@ pub struct Server {
 
 impl Server {
     pub fn start(extra: &[&str]) -> Self {
+        Self::start_model("smollm2-135m", extra)
+    }
+
+    /// `cinder serve MODEL` with extra flags.
+    pub fn start_model(model: &str, extra: &[&str]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_cinder"))
-            .args(["serve", "smollm2-135m", "--port", "0", "--grpc-port", "0"])
+            .args(["serve", model, "--port", "0", "--grpc-port", "0"])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -76,7 +76,12 @@ impl BackendTask for ServeTask {
             a.engine.config()?,
         )
         .context("starting the engine")?;
+        // A catalog name is the model's name as it is (`qwen2.5-coder-1.5b` has dots); a path
+        // gives its file stem.
         let name = a.model_name.clone().unwrap_or_else(|| {
+            if cinder::catalog::lookup(&a.model).is_some() {
+                return a.model.clone();
+            }
             std::path::Path::new(&a.model)
                 .file_stem()
                 .map_or(a.model.clone(), |s| s.to_string_lossy().into_owned())

@@ -1,0 +1,111 @@
+"""A tool-calling round trip through the official OpenAI Python client: the model calls a
+function, the tool's result goes back in a `tool` message, the model answers; non-streaming and
+streaming (`delta.tool_calls` fragments joined by index), plus forced calls (`required` with
+parallel calls, a named function).
+
+Usage: python3 openai_tools.py BASE_URL MODEL
+Prints one JSON line with what it saw; exits non-zero on any client error.
+"""
+import json
+import sys
+
+import openai
+
+base, model = sys.argv[1], sys.argv[2]
+client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=600)
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "the city's name"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "The local time in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+QUESTION = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+RESULT = {"city": "Paris", "temperature": 18, "unit": "celsius", "sky": "sunny"}
+out = {}
+
+
+def follow_up(call_id, name, arguments):
+    return QUESTION + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": json.dumps(RESULT)},
+    ]
+
+
+# Non-streaming round trip.
+r = client.chat.completions.create(model=model, messages=QUESTION, tools=[WEATHER],
+                                   max_tokens=120, temperature=0)
+c = r.choices[0]
+calls = c.message.tool_calls or []
+out["call"] = {"finish": c.finish_reason, "n": len(calls),
+               "name": calls[0].function.name if calls else None,
+               "arguments": json.loads(calls[0].function.arguments) if calls else None,
+               "id": calls[0].id if calls else None}
+r = client.chat.completions.create(
+    model=model, messages=follow_up(calls[0].id, calls[0].function.name, calls[0].function.arguments),
+    tools=[WEATHER], max_tokens=80, temperature=0)
+out["answer"] = {"finish": r.choices[0].finish_reason, "text": r.choices[0].message.content,
+                 "calls": len(r.choices[0].message.tool_calls or [])}
+
+# Streaming round trip: fragments joined by index.
+acc, finish, content = {}, None, ""
+for chunk in client.chat.completions.create(model=model, messages=QUESTION, tools=[WEATHER],
+                                            max_tokens=120, temperature=0, stream=True):
+    for ch in chunk.choices:
+        for tc in ch.delta.tool_calls or []:
+            a = acc.setdefault(tc.index, {"id": "", "name": "", "arguments": ""})
+            a["id"] += tc.id or ""
+            a["name"] += (tc.function.name or "") if tc.function else ""
+            a["arguments"] += (tc.function.arguments or "") if tc.function else ""
+        content += ch.delta.content or ""
+        finish = ch.finish_reason or finish
+first = acc.get(0, {})
+out["stream_call"] = {"finish": finish, "n": len(acc), "name": first.get("name"),
+                      "arguments": json.loads(first["arguments"]) if first.get("arguments") else None,
+                      "content": content}
+text, finish = "", None
+for chunk in client.chat.completions.create(
+        model=model, messages=follow_up(first["id"], first["name"], first["arguments"]),
+        tools=[WEATHER], max_tokens=80, temperature=0, stream=True):
+    for ch in chunk.choices:
+        text += ch.delta.content or ""
+        finish = ch.finish_reason or finish
+out["stream_answer"] = {"finish": finish, "text": text}
+
+# Forced: any tool, several calls allowed; then one named function.
+r = client.chat.completions.create(
+    model=model, tools=[WEATHER, TIME], tool_choice="required", max_tokens=150, temperature=0,
+    messages=[{"role": "user", "content": "What are the weather and the local time in Tokyo?"}])
+out["required"] = [{"name": t.function.name, "arguments": json.loads(t.function.arguments)}
+                   for t in r.choices[0].message.tool_calls or []]
+r = client.chat.completions.create(
+    model=model, tools=[WEATHER, TIME], max_tokens=80, temperature=0,
+    tool_choice={"type": "function", "function": {"name": "get_time"}},
+    messages=[{"role": "user", "content": "Tell me about Rome."}])
+out["named"] = [{"name": t.function.name, "arguments": json.loads(t.function.arguments)}
+                for t in r.choices[0].message.tool_calls or []]
+out["named_finish"] = r.choices[0].finish_reason
+
+print(json.dumps(out))
