@@ -432,3 +432,61 @@ fn grpc_takes_a_constraint_and_returns_logprobs() {
         assert!(e.message().contains("strin"), "{}", e.message());
     });
 }
+
+/// `n` choices: each its own seed stream (same request, same choices; different choices differ),
+/// the prompt's full KV blocks computed once and shared through the prefix cache, one usage with
+/// the prompt counted once; streamed chunks carry each choice's index and one `[DONE]` ends them.
+#[test]
+fn n_choices_share_the_prompt_and_each_has_its_own_seed() {
+    let s = Server::start(&["--no-grpc", "--max-seqs", "8"]);
+    let prompt = "Once upon a time, in a small village by the sea, there lived an old fisherman \
+                  who told stories to the children every evening. One night he began a new story:";
+    let body = json!({"prompt": prompt, "n": 4, "max_tokens": 12, "temperature": 1.0,
+                      "seed": 7, "top_k": 0, "top_p": 1.0});
+    let hits_before = s.metric("cinder_prefix_cache_hit_tokens_total");
+    let (st, a) = s.post("/v1/completions", &body);
+    assert_eq!(st, 200, "{a}");
+    let hits = s.metric("cinder_prefix_cache_hit_tokens_total") - hits_before;
+    let texts: Vec<&str> = a["choices"]
+        .as_array()
+        .expect("choices")
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            assert_eq!(c["index"], i);
+            c["text"].as_str().expect("text")
+        })
+        .collect();
+    assert_eq!(texts.len(), 4);
+    let distinct: std::collections::HashSet<&&str> = texts.iter().collect();
+    assert!(distinct.len() >= 2, "{texts:?}");
+    let prompt_tokens = a["usage"]["prompt_tokens"].as_u64().expect("usage") as f64;
+    assert_eq!(a["usage"]["completion_tokens"], 48);
+    // Choices 1..3 found the prompt's full 16-token blocks cached by choice 0.
+    let full = (prompt_tokens / 16.0).floor() * 16.0;
+    assert!(full >= 32.0);
+    assert!(
+        hits >= 3.0 * full,
+        "prefix hits {hits}, full-block tokens {full}"
+    );
+    let (_, b) = s.post("/v1/completions", &body);
+    assert_eq!(a["choices"], b["choices"], "same seed, same choices");
+    let mut sb = body.clone();
+    sb["n"] = json!(2);
+    sb["stream"] = json!(true);
+    let events = s.stream("/v1/completions", &sb);
+    assert_eq!(events.iter().filter(|d| *d == "[DONE]").count(), 1);
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let mut finished = [0; 2];
+    for d in events.iter().filter(|d| *d != "[DONE]") {
+        let c: Value = serde_json::from_str(d).expect("chunk");
+        let i = c["choices"][0]["index"].as_u64().expect("index") as usize;
+        if c["choices"][0]["finish_reason"].is_string() {
+            finished[i] += 1;
+        }
+    }
+    assert_eq!(finished, [1, 1]);
+    let (st, v) = s.post("/v1/completions", &json!({"prompt": "x", "n": 9}));
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["error"]["param"], "n");
+}

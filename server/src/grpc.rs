@@ -229,7 +229,7 @@ fn messages(state: AppState, stream: EventStream) -> GenStream {
                     let m = GenerateResponse {
                         token_id: None,
                         text,
-                        finish_reason: crate::http::finish_reason(reason).to_string(),
+                        finish_reason: crate::respond::finish_reason(reason).to_string(),
                         usage: Some(Usage {
                             prompt_tokens: usage.prompt_tokens as u32,
                             completion_tokens: usage.completion_tokens as u32,

@@ -2,9 +2,8 @@
 //! models, health, readiness and Prometheus metrics, behind API keys, body limits and a bounded
 //! engine queue.
 
-use std::convert::Infallible;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::Router;
@@ -12,23 +11,55 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use cinder_runtime::engine::FinishReason;
-use cinder_runtime::engine::{Event, EventStream, Request};
+use cinder_runtime::engine::{EventStream, Request};
 use cinder_runtime::sampler::SamplingParams;
 use cinder_runtime::tokenizer::{
     ChatMessage, apply_chat_template_with_tools, template_has_tool_calls,
 };
-use futures_util::stream::{self, Stream};
 use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::ApiError;
-use crate::openai::{ChatRequest, Common, CompletionRequest, Prompt, Usage};
+use crate::openai::{ChatRequest, Common, CompletionRequest, Prompt};
+use crate::respond::{Kind, respond};
 use crate::structured;
 use crate::tools::{self, Choice, Tools};
+
+/// The most choices one request may ask for (`n`).
+pub const MAX_CHOICES: usize = 8;
+
+/// Submits `r` as `c.n` choices, each with its own seed (the request's seed + its index). The first
+/// runs its prompt alone; the others are submitted once it has started, so they find the prompt's
+/// full KV blocks in the prefix cache instead of computing them again.
+async fn submit_choices(
+    s: &AppState,
+    r: Request,
+    c: &Common,
+    field: &str,
+) -> Result<Vec<EventStream>, ApiError> {
+    let n = c.n.map_or(1, |n| n.max(1) as usize);
+    let mut first = s
+        .engine
+        .submit(r.clone())
+        .map_err(|e| ApiError::from_engine(e, field))?;
+    if n == 1 {
+        return Ok(vec![first]);
+    }
+    first.started().await;
+    let mut out = vec![first];
+    for i in 1..n {
+        let mut ri = r.clone();
+        ri.sampling.seed = r.sampling.seed.wrapping_add(i as u64);
+        out.push(
+            s.engine
+                .submit(ri)
+                .map_err(|e| ApiError::from_engine(e, field))?,
+        );
+    }
+    Ok(out)
+}
 
 /// The router with every route and layer.
 pub fn router(state: AppState) -> Router {
@@ -168,12 +199,6 @@ async fn models(State(s): State<AppState>) -> Json<Value> {
     }))
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// Turns the shared fields into an engine request for `prompt` (`field`: the request field that
 /// holds the prompt, named in errors).
 fn build_request(
@@ -196,8 +221,11 @@ fn build_request(
         .code("model_not_found")
         .param("model"));
     }
-    if c.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::bad_request("only n = 1 is supported", "n"));
+    if c.n.is_some_and(|n| !(1..=MAX_CHOICES as i64).contains(&n)) {
+        return Err(ApiError::bad_request(
+            format!("n must be in [1, {MAX_CHOICES}]"),
+            "n",
+        ));
     }
     let limit = s.engine.max_request_tokens();
     if prompt.len() >= limit {
@@ -295,17 +323,6 @@ fn build_request(
     })
 }
 
-/// OpenAI's `finish_reason` for an engine finish (`timeout`, `error` are Cinder's own).
-pub fn finish_reason(r: FinishReason) -> &'static str {
-    match r {
-        FinishReason::Length => "length",
-        FinishReason::Eos | FinishReason::Stop => "stop",
-        FinishReason::Timeout => "timeout",
-        FinishReason::Cancelled => "cancelled",
-        FinishReason::Error => "error",
-    }
-}
-
 async fn chat(
     State(s): State<AppState>,
     body: Result<Json<ChatRequest>, JsonRejection>,
@@ -367,16 +384,13 @@ async fn chat(
             Err(internal) => ApiError::internal(&internal),
         })?);
     }
-    let stream = s
-        .engine
-        .submit(r)
-        .map_err(|e| ApiError::from_engine(e, "messages"))?;
-    let id = format!("chatcmpl-{}", stream.id());
+    let streams = submit_choices(&s, r, &req.common, "messages").await?;
+    let id = format!("chatcmpl-{}", streams[0].id());
     let parse = tools
         .as_ref()
         .filter(|t| t.parses())
         .map(|t| t.functions.iter().map(|f| f.name.clone()).collect());
-    respond(s, stream, id, Kind::Chat, &req.common, parse).await
+    respond(s, streams, id, Kind::Chat, &req.common, parse).await
 }
 
 async fn completions(
@@ -403,370 +417,7 @@ async fn completions(
         .map_err(|e| ApiError::bad_request(e.to_string(), "prompt"))?;
     let mut r = build_request(&s, ids, &req.common, "prompt")?;
     r.logprobs = structured::completion_logprobs(&req.common)?;
-    let stream = s
-        .engine
-        .submit(r)
-        .map_err(|e| ApiError::from_engine(e, "prompt"))?;
-    let id = format!("cmpl-{}", stream.id());
-    respond(s, stream, id, Kind::Completion, &req.common, None).await
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Chat,
-    Completion,
-}
-
-/// Latency bookkeeping for one stream.
-struct Clock {
-    start: Instant,
-    last: Option<Instant>,
-}
-
-impl Clock {
-    fn tick(&mut self, s: &AppState) {
-        let now = Instant::now();
-        match self.last {
-            None => s.metrics.ttft.observe((now - self.start).as_secs_f64()),
-            Some(l) => s.metrics.itl.observe((now - l).as_secs_f64()),
-        }
-        self.last = Some(now);
-    }
-}
-
-fn count_usage(s: &AppState, u: &cinder_runtime::engine::Usage) {
-    s.metrics
-        .prompt_tokens
-        .fetch_add(u.prompt_tokens as u64, Ordering::Relaxed);
-    s.metrics
-        .generation_tokens
-        .fetch_add(u.completion_tokens as u64, Ordering::Relaxed);
-}
-
-async fn respond(
-    s: AppState,
-    stream: EventStream,
-    id: String,
-    kind: Kind,
-    c: &Common,
-    parse_tools: Option<Vec<String>>,
-) -> Result<Response, ApiError> {
-    let created = unix_now();
-    if c.stream {
-        let usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        let parser = parse_tools.map(tools::Parser::new);
-        return Ok(sse(s, stream, id, kind, created, usage, parser).into_response());
-    }
-    let mut stream = stream;
-    let mut text = String::new();
-    let mut lps = Vec::new();
-    let mut clock = Clock {
-        start: Instant::now(),
-        last: None,
-    };
-    loop {
-        match stream.next().await {
-            Some(Event::Token {
-                id: tok,
-                text: t,
-                logprob,
-            }) => {
-                clock.tick(&s);
-                text.push_str(&t);
-                if let Some(lp) = logprob {
-                    lps.push((tok, lp));
-                }
-            }
-            Some(Event::Finished {
-                reason,
-                text: t,
-                usage,
-            }) => {
-                text.push_str(&t);
-                count_usage(&s, &usage);
-                if reason == FinishReason::Error {
-                    return Err(ApiError::internal("generation failed in the engine"));
-                }
-                let mut fr = finish_reason(reason);
-                let asked = !lps.is_empty() || logprobs_asked(c, kind);
-                let (content, calls) = match &parse_tools {
-                    Some(names) => tools::split(&text, names.clone()),
-                    None => (Some(text.clone()), Vec::new()),
-                };
-                let mut message = json!({"role": "assistant", "content": content});
-                if !calls.is_empty() {
-                    let list: Vec<Value> = calls
-                        .iter()
-                        .map(|c| tools::call_json(c, &tools::call_id()))
-                        .collect();
-                    message["tool_calls"] = json!(list);
-                    fr = "tool_calls";
-                }
-                let body = match kind {
-                    Kind::Chat => {
-                        let lp = asked.then(|| {
-                            let content: Vec<Value> = lps
-                                .iter()
-                                .map(|(t, lp)| structured::chat_entry(&s.tok, *t, lp))
-                                .collect();
-                            json!({"content": content, "refusal": null})
-                        });
-                        json!({
-                            "id": id, "object": "chat.completion", "created": created,
-                            "model": s.cfg.model_name,
-                            "choices": [{"index": 0, "message": message,
-                                         "logprobs": lp, "finish_reason": fr}],
-                            "usage": Usage::from(usage),
-                        })
-                    }
-                    Kind::Completion => {
-                        let lp = asked.then(|| structured::completion_block(&s.tok, &lps, 0));
-                        json!({
-                            "id": id, "object": "text_completion", "created": created,
-                            "model": s.cfg.model_name,
-                            "choices": [{"index": 0, "text": text, "logprobs": lp, "finish_reason": fr}],
-                            "usage": Usage::from(usage),
-                        })
-                    }
-                };
-                return Ok(Json(body).into_response());
-            }
-            None => return Err(ApiError::internal("the engine stopped")),
-        }
-    }
-}
-
-/// Whether the request asked for log-probabilities (`logprobs` true or a number).
-fn logprobs_asked(c: &Common, kind: Kind) -> bool {
-    match kind {
-        Kind::Chat => c.logprobs == Some(Value::Bool(true)),
-        Kind::Completion => c.logprobs.as_ref().is_some_and(Value::is_number),
-    }
-}
-
-/// One chunk of a stream.
-fn chunk(
-    s: &AppState,
-    id: &str,
-    kind: Kind,
-    created: u64,
-    text: Option<&str>,
-    first: bool,
-    finish: Option<&str>,
-) -> Value {
-    match kind {
-        Kind::Chat => {
-            let mut delta = json!({});
-            if first {
-                delta["role"] = json!("assistant");
-            }
-            if let Some(t) = text {
-                delta["content"] = json!(t);
-            }
-            json!({"id": id, "object": "chat.completion.chunk", "created": created,
-                   "model": s.cfg.model_name,
-                   "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
-        }
-        Kind::Completion => json!({"id": id, "object": "text_completion", "created": created,
-                   "model": s.cfg.model_name,
-                   "choices": [{"index": 0, "text": text.unwrap_or(""), "logprobs": null,
-                                "finish_reason": finish}]}),
-    }
-}
-
-struct SseState {
-    s: AppState,
-    stream: EventStream,
-    id: String,
-    kind: Kind,
-    created: u64,
-    include_usage: bool,
-    pending: std::collections::VecDeque<SseEvent>,
-    first: bool,
-    done: bool,
-    clock: Clock,
-    /// bytes of text sent so far (completions' `text_offset`)
-    offset: usize,
-    /// splits content from function calls when the request has tools
-    parser: Option<tools::Parser>,
-    /// calls parsed and not yet sent
-    new_calls: Vec<tools::Call>,
-    /// calls sent so far (the next call's `index`)
-    calls: usize,
-}
-
-impl SseState {
-    /// The content part of `text` (all of it without tools); calls found go to `new_calls`.
-    /// `end`: the text is the last, so nothing is held back.
-    fn content_of(&mut self, text: &str, end: bool) -> String {
-        let Some(p) = &mut self.parser else {
-            return text.to_string();
-        };
-        let mut pieces = p.feed(text);
-        if end {
-            pieces.extend(p.finish());
-        }
-        let mut content = String::new();
-        for piece in pieces {
-            match piece {
-                tools::Piece::Content(c) => content.push_str(&c),
-                tools::Piece::Call(c) => self.new_calls.push(c),
-            }
-        }
-        content
-    }
-
-    /// One chunk per parsed call: `delta.tool_calls` with its index, id, name and arguments.
-    fn push_calls(&mut self) {
-        for c in std::mem::take(&mut self.new_calls) {
-            let mut call = tools::call_json(&c, &tools::call_id());
-            call["index"] = json!(self.calls);
-            self.calls += 1;
-            let mut ch = chunk(
-                &self.s,
-                &self.id,
-                self.kind,
-                self.created,
-                None,
-                false,
-                None,
-            );
-            ch["choices"][0]["delta"] = json!({"tool_calls": [call]});
-            self.pending.push_back(data(&ch));
-        }
-    }
-}
-
-fn data(v: &Value) -> SseEvent {
-    SseEvent::default().data(v.to_string())
-}
-
-/// Server-Sent Events in OpenAI's chunk format, ending with `data: [DONE]`. Dropping the response
-/// (client gone) drops the engine stream, which cancels the sequence.
-fn sse(
-    s: AppState,
-    stream: EventStream,
-    id: String,
-    kind: Kind,
-    created: u64,
-    include_usage: bool,
-    parser: Option<tools::Parser>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    let mut st = SseState {
-        s,
-        stream,
-        id,
-        kind,
-        created,
-        include_usage,
-        pending: Default::default(),
-        first: true,
-        done: false,
-        offset: 0,
-        parser,
-        new_calls: Vec::new(),
-        calls: 0,
-        clock: Clock {
-            start: Instant::now(),
-            last: None,
-        },
-    };
-    if kind == Kind::Chat {
-        // The role comes first, as OpenAI's streams do.
-        let c = chunk(&st.s, &st.id, kind, created, Some(""), true, None);
-        st.pending.push_back(data(&c));
-        st.first = false;
-    }
-    let events = stream::unfold(st, |mut st| async move {
-        loop {
-            if let Some(e) = st.pending.pop_front() {
-                return Some((Ok(e), st));
-            }
-            if st.done {
-                return None;
-            }
-            match st.stream.next().await {
-                Some(Event::Token { id, text, logprob }) => {
-                    st.clock.tick(&st.s);
-                    let text = st.content_of(&text, false);
-                    if !text.is_empty() || logprob.is_some() {
-                        let mut c = chunk(
-                            &st.s,
-                            &st.id,
-                            st.kind,
-                            st.created,
-                            Some(&text),
-                            st.first,
-                            None,
-                        );
-                        if let Some(lp) = logprob {
-                            c["choices"][0]["logprobs"] = match st.kind {
-                                Kind::Chat => {
-                                    json!({"content": [structured::chat_entry(&st.s.tok, id, &lp)]})
-                                }
-                                Kind::Completion => {
-                                    structured::completion_block(&st.s.tok, &[(id, lp)], st.offset)
-                                }
-                            };
-                        }
-                        st.offset += text.len();
-                        st.first = false;
-                        st.pending.push_back(data(&c));
-                    }
-                    st.push_calls();
-                }
-                Some(Event::Finished {
-                    reason,
-                    text,
-                    usage,
-                }) => {
-                    count_usage(&st.s, &usage);
-                    let text = st.content_of(&text, true);
-                    if !text.is_empty() {
-                        let c = chunk(
-                            &st.s,
-                            &st.id,
-                            st.kind,
-                            st.created,
-                            Some(&text),
-                            st.first,
-                            None,
-                        );
-                        st.pending.push_back(data(&c));
-                    }
-                    st.push_calls();
-                    let fr = if st.calls > 0 {
-                        "tool_calls"
-                    } else {
-                        finish_reason(reason)
-                    };
-                    let mut last = chunk(&st.s, &st.id, st.kind, st.created, None, false, Some(fr));
-                    if st.kind == Kind::Completion {
-                        last["choices"][0]["text"] = json!("");
-                    }
-                    st.pending.push_back(data(&last));
-                    if st.include_usage {
-                        let obj = if st.kind == Kind::Chat {
-                            "chat.completion.chunk"
-                        } else {
-                            "text_completion"
-                        };
-                        let u = json!({"id": st.id, "object": obj, "created": st.created,
-                                       "model": st.s.cfg.model_name, "choices": [],
-                                       "usage": Usage::from(usage)});
-                        st.pending.push_back(data(&u));
-                    }
-                    st.pending.push_back(SseEvent::default().data("[DONE]"));
-                    st.done = true;
-                }
-                None => {
-                    let e = json!({"error": {"message": "the engine stopped", "type": "server_error",
-                                             "param": null, "code": null}});
-                    st.pending.push_back(data(&e));
-                    st.done = true;
-                }
-            }
-        }
-    });
-    Sse::new(events).keep_alive(KeepAlive::default())
+    let streams = submit_choices(&s, r, &req.common, "prompt").await?;
+    let id = format!("cmpl-{}", streams[0].id());
+    respond(s, streams, id, Kind::Completion, &req.common, None).await
 }

@@ -12,6 +12,7 @@ pub mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod openai;
+mod respond;
 pub mod structured;
 pub mod tools;
 

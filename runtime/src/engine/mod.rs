@@ -272,7 +272,11 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         let (tx, rx) = unbounded_channel();
         self.counters.waiting.fetch_add(1, Ordering::SeqCst);
         self.insert(id, r, tx, Instant::now())?;
-        Ok(EventStream { id, rx })
+        Ok(EventStream {
+            id,
+            rx,
+            peeked: None,
+        })
     }
 
     fn insert(

@@ -92,6 +92,8 @@ pub enum Event {
 pub struct EventStream {
     pub(super) id: SeqId,
     pub(super) rx: UnboundedReceiver<Event>,
+    /// an event taken by [`EventStream::started`], handed out first
+    pub(super) peeked: Option<Event>,
 }
 
 impl EventStream {
@@ -102,22 +104,34 @@ impl EventStream {
 
     /// The next event (`None` after `Finished`).
     pub async fn next(&mut self) -> Option<Event> {
-        self.rx.recv().await
+        match self.peeked.take() {
+            Some(e) => Some(e),
+            None => self.rx.recv().await,
+        }
     }
 
     /// The next event, blocking the thread (not for async contexts).
     pub fn blocking_next(&mut self) -> Option<Event> {
-        self.rx.blocking_recv()
+        match self.peeked.take() {
+            Some(e) => Some(e),
+            None => self.rx.blocking_recv(),
+        }
     }
 
     /// The next event if one is ready.
     pub fn try_next(&mut self) -> Option<Event> {
-        self.rx.try_recv().ok()
+        match self.peeked.take() {
+            Some(e) => Some(e),
+            None => self.rx.try_recv().ok(),
+        }
     }
 
-    /// The underlying receiver (to adapt into other stream types).
-    pub fn into_receiver(self) -> UnboundedReceiver<Event> {
-        self.rx
+    /// Waits for the first event (the prompt has been computed, so its KV blocks are in the
+    /// prefix cache) and keeps it for [`EventStream::next`].
+    pub async fn started(&mut self) {
+        if self.peeked.is_none() {
+            self.peeked = self.rx.recv().await;
+        }
     }
 }
 

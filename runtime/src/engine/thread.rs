@@ -87,7 +87,11 @@ impl EngineHandle {
         });
         drop(inbox);
         s.wake.notify_one();
-        Ok(EventStream { id, rx })
+        Ok(EventStream {
+            id,
+            rx,
+            peeked: None,
+        })
     }
 
     /// The latest figures (queue depth, running sequences, KV usage, prefix-cache hits).
