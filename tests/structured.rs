@@ -154,10 +154,46 @@ impl BackendTask for Constrained {
     }
 }
 
+/// Speculative verification stops where the grammar completes: drafts accepted past that point
+/// are dropped, and no token is checked against a finished grammar.
+#[test]
+fn verification_stops_where_the_grammar_completes() {
+    use cinder::runtime::engine::spec::verify_drafts;
+    use cinder::runtime::sampler::Sampler;
+    let f = cinder::gguf::GgufFile::open(model_path("smollm2-135m")).expect("gguf");
+    let tok = cinder::tokenizer::Tokenizer::from_gguf(&f).expect("tokenizer");
+    let g = Grammars::new(&tok, tok.vocab_size).expect("grammars");
+    let mut m = g.compile(&Constraint::Regex("ab".into())).expect("regex");
+    let id = |t: &str| tok.token_id(t).expect("token");
+    let (a, b, c) = (id("a"), id("b"), id("c"));
+    let row = |best: u32| {
+        let mut r = vec![0.0f32; tok.vocab_size];
+        r[best as usize] = 10.0;
+        r
+    };
+    let rows = [row(a), row(b), row(c), row(c)];
+    let refs: Vec<&[f32]> = rows.iter().map(Vec::as_slice).collect();
+    assert_eq!(m.valid_prefix(&[a, b, c]).expect("valid"), 2);
+    let mut s = Sampler::new(SamplingParams::greedy()).expect("sampler");
+    let out = verify_drafts(&mut s, Some(&mut m), &[], &refs, &[a, b, c]).expect("verify");
+    assert_eq!(out, vec![a, b]);
+    assert!(m.is_done());
+    // A finished grammar refuses text and allows only the end.
+    assert!(!m.check(c).expect("check"));
+    let mut r = row(c);
+    m.mask_logits(&mut r).expect("mask");
+    assert!(
+        r.iter()
+            .enumerate()
+            .all(|(i, l)| l.is_infinite() || tok.is_eog(i as u32))
+    );
+}
+
 /// Every kind of constraint, four requests at once, under chunked prefill and speculation, on
 /// each backend CI runs.
 #[test]
 fn constrained_outputs_follow_their_grammar_on_every_backend() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     for kind in test_backends() {
         dispatch(kind, Constrained).expect("dispatch");
     }

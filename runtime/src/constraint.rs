@@ -237,6 +237,8 @@ impl TokenMatcher {
         let t0 = std::time::Instant::now();
         let ok = if self.eog.contains(&tok) {
             self.accepting()
+        } else if self.m.is_stopped() {
+            Ok(false) // nothing follows a complete grammar
         } else {
             let n = self.m.validate_tokens(&[tok]).map_err(|e| self.err(e));
             n.map(|n| n == 1)
@@ -250,6 +252,9 @@ impl TokenMatcher {
     pub fn valid_prefix(&mut self, toks: &[u32]) -> Result<usize> {
         let eog = toks.iter().position(|t| self.eog.contains(t));
         let head = &toks[..eog.unwrap_or(toks.len())];
+        if self.m.is_stopped() {
+            return Ok(0);
+        }
         let n = self.m.validate_tokens(head).map_err(|e| self.err(e))?;
         // A draft never ends generation: stop before an end-of-generation token.
         Ok(n)
@@ -271,7 +276,8 @@ impl TokenMatcher {
     /// token is allowed (the grammar cannot go on).
     pub fn mask_logits(&mut self, logits: &mut [f32]) -> Result<()> {
         let t0 = std::time::Instant::now();
-        let mask = self.m.compute_mask().map_err(|e| self.err(e))?;
+        // A complete grammar allows nothing but the end.
+        let mask = self.m.compute_mask_or_eos().map_err(|e| self.err(e))?;
         let eos_ok = self.accepting()?;
         self.cost.masks += 1;
         self.cost.mask_micros += t0.elapsed().as_micros() as u64;
@@ -306,6 +312,9 @@ impl TokenMatcher {
     }
 
     fn accepting(&mut self) -> Result<bool> {
+        if self.m.is_stopped() && !self.m.is_error() {
+            return Ok(true);
+        }
         self.m.is_accepting().map_err(|e| self.err(e))
     }
 

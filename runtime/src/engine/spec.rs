@@ -110,12 +110,15 @@ pub fn verify_drafts(
                 None => (t, true),
             },
         };
+        let mut complete = false;
         if let Some(m) = matcher.as_deref_mut() {
             m.advance(t)?;
+            complete = m.is_done();
         }
         out.push(t);
         hist.push(t);
-        if last {
+        // Nothing follows a complete grammar: the accepted drafts after it are dropped.
+        if last || complete {
             return Ok(out);
         }
     }
