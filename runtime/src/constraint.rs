@@ -53,15 +53,7 @@ impl Constraint {
             // with free whitespace a small model can spend its whole budget on newlines. A schema
             // that carries its own `x-guidance` options keeps them.
             if !obj.contains_key("x-guidance") {
-                let opts = JsonCompileOptions {
-                    item_separator: ", ".into(),
-                    key_separator: ": ".into(),
-                    whitespace_flexible: false,
-                    ..JsonCompileOptions::default()
-                };
-                let v = serde_json::to_value(&opts)
-                    .map_err(|e| RuntimeError::Constraint(format!("json_schema: {e}")))?;
-                obj.insert("x-guidance".into(), v);
+                obj.insert("x-guidance".into(), json_layout()?);
             }
             Ok(TopLevelGrammar::from_json_schema(schema))
         };
@@ -83,6 +75,18 @@ impl Constraint {
             }
         }
     }
+}
+
+/// The JSON layout Cinder's grammars write, as llguidance's `x-guidance` options: one space after
+/// `,` and `:`, no other whitespace.
+pub fn json_layout() -> Result<Value> {
+    let opts = JsonCompileOptions {
+        item_separator: ", ".into(),
+        key_separator: ": ".into(),
+        whitespace_flexible: false,
+        ..JsonCompileOptions::default()
+    };
+    serde_json::to_value(&opts).map_err(|e| RuntimeError::Constraint(format!("json_schema: {e}")))
 }
 
 /// The tokenizer as llguidance sees it: every token's bytes in a trie. Control tokens are marked

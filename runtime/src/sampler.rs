@@ -286,20 +286,25 @@ pub fn log_prob(logits: &[f32], target: u32) -> f64 {
 /// The `k` most probable tokens with their probabilities, most probable first.
 pub fn top_k_probs(logits: &[f32], k: usize) -> Vec<(u32, f32)> {
     let probs = softmax(logits);
-    let mut idx: Vec<u32> = (0..probs.len() as u32).collect();
-    let k = k.min(idx.len());
+    let idx = top_k_of(&probs, (0..probs.len() as u32).collect(), k);
+    idx.into_iter().map(|i| (i, probs[i as usize])).collect()
+}
+
+/// The `k` of `ids` with the largest `values[id]`, largest first (lowest id first on ties).
+pub fn top_k_of(values: &[f32], mut ids: Vec<u32>, k: usize) -> Vec<u32> {
+    let k = k.min(ids.len());
     if k == 0 {
         return Vec::new();
     }
     let cmp = |a: &u32, b: &u32| {
-        probs[*b as usize]
-            .total_cmp(&probs[*a as usize])
+        values[*b as usize]
+            .total_cmp(&values[*a as usize])
             .then(a.cmp(b))
     };
-    idx.select_nth_unstable_by(k - 1, cmp);
-    idx.truncate(k);
-    idx.sort_unstable_by(cmp);
-    idx.into_iter().map(|i| (i, probs[i as usize])).collect()
+    ids.select_nth_unstable_by(k - 1, cmp);
+    ids.truncate(k);
+    ids.sort_unstable_by(cmp);
+    ids
 }
 
 fn softmax_of(cand: &[(u32, f32)], temperature: f32) -> Vec<f32> {

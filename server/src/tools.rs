@@ -3,7 +3,7 @@
 //! and the model's Hermes-style calls (`<tool_call>{"name": …, "arguments": {…}}</tool_call>`)
 //! parsed back into OpenAI's `tool_calls`, whole or as stream deltas.
 
-use cinder_runtime::constraint::Constraint;
+use cinder_runtime::constraint::{Constraint, json_layout};
 use cinder_runtime::tokenizer::Tokenizer;
 use serde_json::{Value, json};
 
@@ -202,11 +202,8 @@ impl Tools {
         } else {
             json!({"anyOf": calls})
         };
-        if let Some(o) = schema.as_object_mut() {
-            o.insert(
-                "x-guidance".into(),
-                json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false}),
-            );
+        if let (Some(o), Ok(layout)) = (schema.as_object_mut(), json_layout()) {
+            o.insert("x-guidance".into(), layout);
         }
         // A tag that is a control token of the vocabulary is named as one (`<tool_call>`);
         // otherwise it is text.

@@ -3,7 +3,7 @@
 
 use crate::constraint::TokenMatcher;
 use crate::error::{Result, RuntimeError};
-use crate::sampler::Sampler;
+use crate::sampler::{Sampler, top_k_of};
 
 /// The most alternatives a token's log-probabilities list (OpenAI's `top_logprobs` limit).
 pub const MAX_TOP_LOGPROBS: usize = 20;
@@ -41,24 +41,14 @@ impl TokenLogprob {
                 .filter(|l| !l.is_nan())
                 .map_or(f32::NEG_INFINITY, |&l| (l as f64 - lse) as f32)
         };
-        let k = top.min(logits.len());
-        let mut idx: Vec<u32> = Vec::new();
-        if k > 0 {
-            idx = (0..logits.len() as u32)
+        let idx = if top == 0 {
+            Vec::new()
+        } else {
+            let ids = (0..logits.len() as u32)
                 .filter(|&i| !logits[i as usize].is_nan())
                 .collect();
-            let cmp = |a: &u32, b: &u32| {
-                logits[*b as usize]
-                    .total_cmp(&logits[*a as usize])
-                    .then(a.cmp(b))
-            };
-            let k = k.min(idx.len());
-            if k > 0 {
-                idx.select_nth_unstable_by(k - 1, cmp);
-                idx.truncate(k);
-                idx.sort_unstable_by(cmp);
-            }
-        }
+            top_k_of(logits, ids, top)
+        };
         Self {
             logprob: lp(tok),
             top: idx.into_iter().map(|i| (i, lp(i))).collect(),
