@@ -11,6 +11,7 @@ use cinder::prelude::*;
 use cinder::runtime::constraint::{Constraint, Grammars};
 use cinder::runtime::engine::{Engine, EngineConfig, Event, Request, SpeculativeConfig};
 use cinder::runtime::eval::{PerplexityOptions, perplexity_rows};
+use cinder::runtime::kv::KvBudget;
 use cinder::runtime::sampler::log_prob;
 use cinder::runtime::scheduler::SchedulerConfig;
 use cinder::runtime::tokenizer::{ChatMessage, apply_chat_template};
@@ -196,6 +197,94 @@ fn constrained_outputs_follow_their_grammar_on_every_backend() {
     let _ = tracing_subscriber::fmt().with_test_writer().try_init();
     for kind in test_backends() {
         dispatch(kind, Constrained).expect("dispatch");
+    }
+}
+
+/// Greedy constrained requests run together under a KV budget too small for all of them: the
+/// newest sequences are preempted and recomputed with their matchers kept, and every output is
+/// the one the request gives alone.
+#[test]
+fn constrained_sequences_survive_preemption() {
+    let _ = tracing_subscriber::fmt().with_test_writer().try_init();
+    dispatch(primary_backend(), Preempted).expect("dispatch");
+}
+
+struct Preempted;
+
+impl BackendTask for Preempted {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let m =
+            cinder::importer::load_model::<B>(&model_path("smollm2-135m"), &device).expect("load");
+        let g = Grammars::new(&m.tokenizer, m.model.vocab_size()).expect("grammars");
+        let chat = |q: &str| {
+            let t = apply_chat_template(&m.tokenizer, &[ChatMessage::new("user", q)], true)
+                .expect("template");
+            m.tokenizer.tokenize(&t, false, true).expect("tokenize")
+        };
+        let lark = "start: answer\nanswer: \"yes\" | \"no\" | \"maybe\"";
+        let jobs = [
+            (
+                chat("Describe a person as JSON."),
+                Constraint::JsonSchema(person_schema()),
+            ),
+            (
+                chat("Who wrote Hamlet? Answer in JSON."),
+                Constraint::JsonSchema(person_schema()),
+            ),
+            (
+                chat("Invent a customer record."),
+                Constraint::JsonSchema(person_schema()),
+            ),
+            (
+                chat("When did the Berlin Wall fall?"),
+                Constraint::Regex(r"[0-9]{4}-[0-9]{2}-[0-9]{2}".into()),
+            ),
+            (chat("Is the sky green?"), Constraint::Lark(lark.into())),
+        ];
+        const MAX: usize = 60;
+        let run = |idx: &[usize], cfg: EngineConfig| {
+            let engine =
+                Engine::start::<B, _>(m.model.clone(), m.tokenizer.clone(), cfg).expect("engine");
+            let h = engine.handle();
+            let streams: Vec<_> = idx
+                .iter()
+                .map(|&i| {
+                    h.submit(Request {
+                        constraint: Some(g.compile(&jobs[i].1).expect("compiles")),
+                        ..Request::greedy(jobs[i].0.clone(), MAX)
+                    })
+                    .expect("submit")
+                })
+                .collect();
+            let outs: Vec<_> = streams.into_iter().map(drain).collect();
+            (outs, h.stats().preemptions)
+        };
+        let all: Vec<usize> = (0..jobs.len()).collect();
+        let alone: Vec<_> = all
+            .iter()
+            .map(|&i| run(&[i], EngineConfig::default()).0.remove(0))
+            .collect();
+        let longest = jobs.iter().map(|j| j.0.len()).max().unwrap_or(0) + MAX;
+        let tight = EngineConfig {
+            // Room for one sequence at its longest, not for five prompts and their answers.
+            kv_budget: Some(KvBudget::Tokens(longest + 8)),
+            block_size: 4,
+            ..EngineConfig::default()
+        };
+        let (together, preemptions) = run(&all, tight);
+        eprintln!("{preemptions} preemptions");
+        assert!(preemptions > 0, "the tight budget never preempted");
+        for (i, ((a, t), job)) in alone.iter().zip(&together).zip(&jobs).enumerate() {
+            assert_eq!(a.1, t.1, "job {i}: preempted output differs from alone");
+            assert_ne!(t.3, FinishReason::Error, "job {i} failed: {:?}", t.0);
+            assert_ne!(t.3, FinishReason::Length, "job {i} ran out: {:?}", t.0);
+            match &job.1 {
+                Constraint::JsonSchema(_) => check_person(&t.0),
+                Constraint::Regex(_) => assert!(is_date(&t.0), "{:?}", t.0),
+                _ => assert!(["yes", "no", "maybe"].contains(&t.0.as_str()), "{:?}", t.0),
+            }
+        }
     }
 }
 
