@@ -621,3 +621,74 @@ fn rope_permutation_matches_llama_cpp() {
         vec![10, 20, 11, 21]
     );
 }
+
+/// SmolLM2's GGUF rewritten with one extra metadata pair and/or one extra F32 tensor.
+fn smollm2_with(dst: &Path, extra_kv: Option<(&str, &str)>, extra_tensor: Option<(&str, usize)>) {
+    use cinder::gguf::{GgufFile, Value, writer::GgufWriter};
+    let f = GgufFile::open(model_path("smollm2-135m")).expect("gguf");
+    let mut w = GgufWriter::new();
+    for (k, v) in f.metadata() {
+        if k != "general.alignment" {
+            w.add_kv(k.clone(), v.clone()).expect("kv");
+        }
+    }
+    if let Some((k, v)) = extra_kv {
+        w.add_kv(k, Value::String(v.into())).expect("kv");
+    }
+    for info in f.tensors() {
+        w.add_tensor(
+            info.name.clone(),
+            &info.dims,
+            info.ggml_type,
+            f.tensor_data(info).to_vec(),
+        )
+        .expect("tensor");
+    }
+    if let Some((name, n)) = extra_tensor {
+        w.add_f32_tensor(name, &[n as u64], &vec![1.0; n])
+            .expect("tensor");
+    }
+    w.write_file(dst).expect("write gguf");
+}
+
+struct LoadError(PathBuf);
+
+impl BackendTask for LoadError {
+    type Output = String;
+    fn run<B: InferenceBackend>(self, device: B::Device) -> String {
+        match load_model::<B>(&self.0, &device) {
+            Ok(_) => panic!("{} loaded", self.0.display()),
+            Err(e) => e.to_string(),
+        }
+    }
+}
+
+/// A tensor or a RoPE scaling the graph would not apply (Llama 3's `rope_freqs`, YaRN) is refused
+/// with its name, never ignored; the unmodified rewrite still loads.
+#[test]
+fn tensors_and_scalings_cinder_does_not_apply_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = dir.path().join("plain.gguf");
+    smollm2_with(&plain, None, None);
+    on_cpu(Loads(plain));
+    let freqs = dir.path().join("freqs.gguf");
+    smollm2_with(&freqs, None, Some(("rope_freqs.weight", 32)));
+    let e = on_cpu(LoadError(freqs));
+    assert!(e.contains("rope_freqs.weight"), "{e}");
+    let yarn = dir.path().join("yarn.gguf");
+    smollm2_with(&yarn, Some(("llama.rope.scaling.type", "yarn")), None);
+    let e = on_cpu(LoadError(yarn));
+    assert!(
+        e.contains("llama.rope.scaling.type") && e.contains("yarn"),
+        "{e}"
+    );
+}
+
+struct Loads(PathBuf);
+
+impl BackendTask for Loads {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        load_model::<B>(&self.0, &device).expect("the rewritten file loads");
+    }
+}

@@ -135,17 +135,50 @@ fn dims(f: &GgufFile, arch: &str) -> Result<Dims> {
     })
 }
 
-/// Linear RoPE scaling factor (`rope.scaling.type = linear`), 1 when absent.
+/// Linear RoPE scaling factor (`rope.scaling.type = linear`), 1 when absent or `none`. Any other
+/// scaling (YaRN, LongRoPE, Llama 3's) changes every angle: a file asking for one is refused rather
+/// than run with plain RoPE.
 fn rope_linear_scale(f: &GgufFile, arch: &str) -> Result<f64> {
-    Ok(
-        match f
-            .get(&key(arch, "rope.scaling.type"))
-            .and_then(|v| v.as_str())
-        {
-            Some("linear") => f.opt_f64(&key(arch, "rope.scaling.factor"))?.unwrap_or(1.0),
-            _ => 1.0,
-        },
-    )
+    let k = key(arch, "rope.scaling.type");
+    match f.get(&k).map(|v| v.as_str()) {
+        None | Some(Some("none")) => Ok(1.0),
+        Some(Some("linear")) => Ok(f.opt_f64(&key(arch, "rope.scaling.factor"))?.unwrap_or(1.0)),
+        Some(other) => Err(ImportError::Unsupported(format!(
+            "{k} = {:?}: only linear RoPE scaling is implemented",
+            other.unwrap_or("(not a string)")
+        ))),
+    }
+}
+
+/// Refuses a file holding a tensor the architecture's graph would not use (Llama 3's
+/// `rope_freqs`, an MoE router, a fused QKV): running without it would be silently wrong. Every
+/// tensor must be `<name>.weight` or `<name>.bias` with `<name>` a GGUF pattern of `tables`.
+pub fn check_tensor_names(f: &GgufFile, arch: &str, tables: &[NameTable]) -> Result<()> {
+    let known = |base: &str| {
+        tables
+            .iter()
+            .flat_map(|t| t.iter())
+            .any(|(_, pattern)| match pattern.split_once("{i}") {
+                Some((pre, post)) => base
+                    .strip_prefix(pre)
+                    .and_then(|rest| rest.strip_suffix(post))
+                    .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())),
+                None => base == *pattern,
+            })
+    };
+    for t in f.tensors() {
+        let base = t
+            .name
+            .strip_suffix(".weight")
+            .or_else(|| t.name.strip_suffix(".bias"));
+        if !base.is_some_and(known) {
+            return Err(ImportError::Unsupported(format!(
+                "tensor {:?} is not part of Cinder's {arch} graph; refusing to run without it",
+                t.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Builds a [`LlamaConfig`] from GGUF metadata (`llama.*`, `mistral.*`, `qwen2.*`).

@@ -24,6 +24,10 @@ pub enum ImportError {
     /// The architecture named in the file is not one Cinder implements.
     #[error("unsupported architecture {0:?} (supported: {1})")]
     UnsupportedArch(String, String),
+    /// The file asks for something Cinder does not implement (a tensor or a scaling it would
+    /// otherwise ignore).
+    #[error("unsupported: {0}")]
+    Unsupported(String),
     /// A SafeTensors, ONNX or config file is malformed or not a model Cinder can build.
     #[error("{path}: {reason}")]
     File {

@@ -107,8 +107,10 @@ impl ArchConfig {
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let arch_name = file.architecture()?;
         if LLAMA_FAMILY.contains(&arch_name) {
+            arch::check_tensor_names(file, arch_name, arch::LLAMA_GGUF_NAMES)?;
             Ok(Self::Llama(arch::llama_config(file)?))
         } else if arch_name == "gemma3" {
+            arch::check_tensor_names(file, arch_name, arch::GEMMA3_GGUF_NAMES)?;
             Ok(Self::Gemma3(arch::gemma3_config(file)?))
         } else {
             Err(ImportError::UnsupportedArch(
