@@ -80,19 +80,28 @@ fn is_date(text: &str) -> bool {
         })
 }
 
+/// SmolLM2 and its grammar compiler.
+fn smollm2_with_grammars<B: InferenceBackend>(
+    device: &B::Device,
+) -> (cinder::importer::LoadedModel<B>, Grammars) {
+    let m = cinder::importer::load_model::<B>(&model_path("smollm2-135m"), device).expect("load");
+    let g = Grammars::new(&m.tokenizer, m.model.vocab_size()).expect("grammars");
+    (m, g)
+}
+
+/// A one-turn chat prompt, rendered by the model's template, as token ids.
+fn chat_ids(tok: &cinder::tokenizer::Tokenizer, q: &str) -> Vec<u32> {
+    let t = apply_chat_template(tok, &[ChatMessage::new("user", q)], true).expect("template");
+    tok.tokenize(&t, false, true).expect("tokenize")
+}
+
 struct Constrained;
 
 impl BackendTask for Constrained {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
-        let m =
-            cinder::importer::load_model::<B>(&model_path("smollm2-135m"), &device).expect("load");
-        let g = Grammars::new(&m.tokenizer, m.model.vocab_size()).expect("grammars");
-        let chat = |q: &str| {
-            let t = apply_chat_template(&m.tokenizer, &[ChatMessage::new("user", q)], true)
-                .expect("template");
-            m.tokenizer.tokenize(&t, false, true).expect("tokenize")
-        };
+        let (m, g) = smollm2_with_grammars::<B>(&device);
+        let chat = |q: &str| chat_ids(&m.tokenizer, q);
         // Chunked prefill (16 tokens a step), prompt-lookup speculation, everything at once.
         let cfg = EngineConfig {
             scheduler: SchedulerConfig {
@@ -214,14 +223,8 @@ struct Preempted;
 impl BackendTask for Preempted {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
-        let m =
-            cinder::importer::load_model::<B>(&model_path("smollm2-135m"), &device).expect("load");
-        let g = Grammars::new(&m.tokenizer, m.model.vocab_size()).expect("grammars");
-        let chat = |q: &str| {
-            let t = apply_chat_template(&m.tokenizer, &[ChatMessage::new("user", q)], true)
-                .expect("template");
-            m.tokenizer.tokenize(&t, false, true).expect("tokenize")
-        };
+        let (m, g) = smollm2_with_grammars::<B>(&device);
+        let chat = |q: &str| chat_ids(&m.tokenizer, q);
         let lark = "start: answer\nanswer: \"yes\" | \"no\" | \"maybe\"";
         let jobs = [
             (
