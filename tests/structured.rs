@@ -80,6 +80,13 @@ fn is_date(text: &str) -> bool {
         })
 }
 
+/// A Lark grammar with three answers, and the check that a text is one of them.
+const YES_NO_MAYBE: &str = "start: answer\nanswer: \"yes\" | \"no\" | \"maybe\"";
+
+fn check_answer(text: &str) {
+    assert!(["yes", "no", "maybe"].contains(&text), "{text:?}");
+}
+
 /// SmolLM2 and its grammar compiler.
 fn smollm2_with_grammars<B: InferenceBackend>(
     device: &B::Device,
@@ -114,7 +121,6 @@ impl BackendTask for Constrained {
         let engine =
             Engine::start::<B, _>(m.model.clone(), m.tokenizer.clone(), cfg).expect("engine");
         let h = engine.handle();
-        let lark = "start: answer\nanswer: \"yes\" | \"no\" | \"maybe\"";
         let jobs = [
             (
                 chat("Describe a person as JSON."),
@@ -131,7 +137,11 @@ impl BackendTask for Constrained {
                 Constraint::Regex(r"[0-9]{4}-[0-9]{2}-[0-9]{2}".into()),
                 0.9,
             ),
-            (chat("Is water wet?"), Constraint::Lark(lark.into()), 0.0),
+            (
+                chat("Is water wet?"),
+                Constraint::Lark(YES_NO_MAYBE.into()),
+                0.0,
+            ),
         ];
         let streams: Vec<_> = jobs
             .iter()
@@ -156,11 +166,7 @@ impl BackendTask for Constrained {
         check_person(&outs[0].0);
         check_person(&outs[1].0);
         assert!(is_date(&outs[2].0), "{:?}", outs[2].0);
-        assert!(
-            ["yes", "no", "maybe"].contains(&outs[3].0.as_str()),
-            "{:?}",
-            outs[3].0
-        );
+        check_answer(&outs[3].0);
     }
 }
 
@@ -225,7 +231,6 @@ impl BackendTask for Preempted {
     fn run<B: InferenceBackend>(self, device: B::Device) {
         let (m, g) = smollm2_with_grammars::<B>(&device);
         let chat = |q: &str| chat_ids(&m.tokenizer, q);
-        let lark = "start: answer\nanswer: \"yes\" | \"no\" | \"maybe\"";
         let jobs = [
             (
                 chat("Describe a person as JSON."),
@@ -243,7 +248,10 @@ impl BackendTask for Preempted {
                 chat("When did the Berlin Wall fall?"),
                 Constraint::Regex(r"[0-9]{4}-[0-9]{2}-[0-9]{2}".into()),
             ),
-            (chat("Is the sky green?"), Constraint::Lark(lark.into())),
+            (
+                chat("Is the sky green?"),
+                Constraint::Lark(YES_NO_MAYBE.into()),
+            ),
         ];
         const MAX: usize = 60;
         let run = |idx: &[usize], cfg: EngineConfig| {
@@ -285,7 +293,7 @@ impl BackendTask for Preempted {
             match &job.1 {
                 Constraint::JsonSchema(_) => check_person(&t.0),
                 Constraint::Regex(_) => assert!(is_date(&t.0), "{:?}", t.0),
-                _ => assert!(["yes", "no", "maybe"].contains(&t.0.as_str()), "{:?}", t.0),
+                _ => check_answer(&t.0),
             }
         }
     }
