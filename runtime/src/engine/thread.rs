@@ -224,7 +224,18 @@ impl Engine {
     }
 
     fn stop(&mut self) {
-        self.handle.shared.shutdown.store(true, Ordering::SeqCst);
+        // Set the flag under the inbox lock: the engine thread checks it and goes to sleep under
+        // that lock, so a flag set between its check and its wait would lose this wake-up and
+        // leave `join` waiting forever.
+        {
+            let _inbox = self
+                .handle
+                .shared
+                .inbox
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            self.handle.shared.shutdown.store(true, Ordering::SeqCst);
+        }
         self.handle.shared.wake.notify_all();
         if let Some(t) = self.thread.take()
             && t.join().is_err()
