@@ -223,23 +223,28 @@ fn unpermute(rows: &[f32], heads: usize, hd: usize, row_len: usize) -> Vec<f32> 
 type HfTensor = (String, Vec<usize>, Vec<u8>);
 
 /// Writes an HF checkpoint (2 shards + index, F32, HF names and layout, HF config and tokenizer
-/// files) from a GGUF Llama model.
-fn write_hf_from_gguf(gguf: &Path, dir: &Path) {
+/// files) from a GGUF Llama or Qwen3 model; `rope_scaling` goes into `config.json` as it is (a
+/// `rope_freqs` tensor has no HF counterpart: the config's scaling stands for it).
+fn write_hf_from_gguf(gguf: &Path, dir: &Path, rope_scaling: Option<serde_json::Value>) {
     use cinder::gguf::GgufFile;
     use cinder::tokenizer::Tokenizer;
     let f = GgufFile::open(gguf).expect("gguf");
-    let u = |k: &str| {
-        f.get(&format!("llama.{k}"))
+    let arch = f.architecture().expect("arch").to_string();
+    let opt_u = |k: &str| {
+        f.get(&format!("{arch}.{k}"))
             .and_then(|v| v.as_u64())
-            .expect(k) as usize
+            .map(|v| v as usize)
     };
+    let u = |k: &str| opt_u(k).expect(k);
     let (d, heads, kv_heads, layers) = (
         u("embedding_length"),
         u("attention.head_count"),
         u("attention.head_count_kv"),
         u("block_count"),
     );
-    let hd = d / heads;
+    let hd = opt_u("attention.key_length").unwrap_or(d / heads);
+    // GGUF Llama rotates adjacent pairs (the converter permuted Q/K rows); Qwen keeps HF's halves.
+    let permute = arch == "llama";
     let rename = |g: &str| -> String {
         let table = [
             ("token_embd.weight", "model.embed_tokens.weight"),
@@ -257,6 +262,8 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path) {
             "attn_k.weight" => "self_attn.k_proj.weight",
             "attn_v.weight" => "self_attn.v_proj.weight",
             "attn_output.weight" => "self_attn.o_proj.weight",
+            "attn_q_norm.weight" => "self_attn.q_norm.weight",
+            "attn_k_norm.weight" => "self_attn.k_norm.weight",
             "ffn_norm.weight" => "post_attention_layernorm.weight",
             "ffn_gate.weight" => "mlp.gate_proj.weight",
             "ffn_up.weight" => "mlp.up_proj.weight",
@@ -267,13 +274,13 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path) {
     };
     std::fs::create_dir_all(dir).expect("mkdir");
     let mut shards: [Vec<HfTensor>; 2] = [Vec::new(), Vec::new()];
-    for info in f.tensors() {
+    for info in f.tensors().iter().filter(|t| t.name != "rope_freqs.weight") {
         let mut v = f.dequantize(info).expect("dequantize");
         let shape: Vec<usize> = info.dims.iter().rev().map(|&x| x as usize).collect();
         let row_len = shape.last().copied().unwrap_or(1);
-        if info.name.contains(".attn_q.") {
+        if permute && info.name.contains(".attn_q.") {
             v = unpermute(&v, heads, hd, row_len);
-        } else if info.name.contains(".attn_k.") {
+        } else if permute && info.name.contains(".attn_k.") {
             v = unpermute(&v, kv_heads, hd, row_len);
         }
         let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
@@ -300,10 +307,17 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path) {
         json!({"metadata": {}, "weight_map": weight_map}).to_string(),
     )
     .expect("index");
-    let fl = |k: &str| f.get(&format!("llama.{k}")).and_then(|v| v.as_f64());
+    let fl = |k: &str| f.get(&format!("{arch}.{k}")).and_then(|v| v.as_f64());
+    let hf_arch = match arch.as_str() {
+        "llama" => "LlamaForCausalLM",
+        "qwen3" => "Qwen3ForCausalLM",
+        other => panic!("no HF writer for {other}"),
+    };
     let config = json!({
-        "architectures": ["LlamaForCausalLM"],
+        "architectures": [hf_arch],
         "hidden_size": d,
+        "head_dim": hd,
+        "rope_scaling": rope_scaling,
         "intermediate_size": u("feed_forward_length"),
         "num_hidden_layers": layers,
         "num_attention_heads": heads,
@@ -429,12 +443,47 @@ fn hf_safetensors_checkpoints_match_the_gguf() {
     let f32_gguf = tmp.path().join("smollm2-f32.gguf");
     write_f32_gguf(&model_path("smollm2-135m"), &f32_gguf);
     let hf = tmp.path().join("hf");
-    write_hf_from_gguf(&f32_gguf, &hf);
+    write_hf_from_gguf(&f32_gguf, &hf, None);
     on_cpu(HfCheck {
         f32_gguf,
         hf,
         rec: tmp.path().join("rec"),
     });
+}
+
+/// The tiny Llama 3 and Qwen3 files (`tests/data/tiny`) as HF checkpoints: Qwen3's Q/K norms map
+/// through the name table, and Llama 3's `rope_scaling` (type `llama3`, the parameters
+/// `benches/reference/tiny_models.py` computed its `rope_freqs` from) gives the same frequency
+/// factors: logits equal bit for bit to the F32 GGUF of the same weights.
+#[test]
+fn hf_llama3_and_qwen3_checkpoints_match_their_gguf() {
+    struct Same(PathBuf, PathBuf);
+    impl BackendTask for Same {
+        type Output = ();
+        fn run<B: InferenceBackend>(self, device: B::Device) {
+            let g = load_model::<B>(&self.0, &device).expect("gguf");
+            let h = load_model::<B>(&self.1, &device).expect("HF checkpoint loads");
+            let ids = g.tokenizer.encode(PROMPT, true).expect("encode");
+            let (lg, tg) = greedy(&g, &ids, 8);
+            let (lh, th) = greedy(&h, &ids, 8);
+            assert_eq!(tg, th, "greedy tokens");
+            assert!(
+                lg.iter().zip(&lh).all(|(a, b)| a.to_bits() == b.to_bits()),
+                "HF checkpoint and GGUF of the same weights differ"
+            );
+        }
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny");
+    let llama3_scaling = json!({"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": 16});
+    for (name, scaling) in [("llama3-tiny", Some(llama3_scaling)), ("qwen3-tiny", None)] {
+        let f32_gguf = tmp.path().join(format!("{name}-f32.gguf"));
+        write_f32_gguf(&tiny.join(format!("{name}.gguf")), &f32_gguf);
+        let hf = tmp.path().join(name);
+        write_hf_from_gguf(&f32_gguf, &hf, scaling);
+        on_cpu(Same(f32_gguf, hf));
+    }
 }
 
 // ---- bad SafeTensors --------------------------------------------------------------------------
@@ -651,18 +700,28 @@ fn smollm2_with(dst: &Path, extra_kv: Option<(&str, &str)>, extra_tensor: Option
     w.write_file(dst).expect("write gguf");
 }
 
-/// A tensor or a RoPE scaling the graph would not apply (Llama 3's `rope_freqs`, YaRN) is refused
-/// with its name, never ignored; the unmodified rewrite still loads.
+/// A tensor or a RoPE scaling the graph would not apply (an MoE router, YaRN) is refused with its
+/// name, never ignored; Llama 3's `rope_freqs` is applied (`tests/architectures.rs` checks its effect
+/// against llama.cpp) and refused when its length does not fit the rotated dims; the unmodified
+/// rewrite still loads.
 #[test]
 fn tensors_and_scalings_cinder_does_not_apply_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let plain = dir.path().join("plain.gguf");
     smollm2_with(&plain, None, None);
     on_cpu(Load(plain)).expect("the rewritten file loads");
+    // SmolLM2 rotates 64 dims per head: 32 frequency factors.
     let freqs = dir.path().join("freqs.gguf");
     smollm2_with(&freqs, None, Some(("rope_freqs.weight", 32)));
-    let e = on_cpu(Load(freqs)).expect_err("rope_freqs loaded");
+    on_cpu(Load(freqs)).expect("rope_freqs is applied");
+    let short = dir.path().join("short_freqs.gguf");
+    smollm2_with(&short, None, Some(("rope_freqs.weight", 31)));
+    let e = on_cpu(Load(short)).expect_err("31 factors for 32 pairs loaded");
     assert!(e.contains("rope_freqs.weight"), "{e}");
+    let router = dir.path().join("router.gguf");
+    smollm2_with(&router, None, Some(("blk.0.ffn_gate_inp.weight", 576)));
+    let e = on_cpu(Load(router)).expect_err("an MoE router loaded");
+    assert!(e.contains("blk.0.ffn_gate_inp.weight"), "{e}");
     let yarn = dir.path().join("yarn.gguf");
     smollm2_with(&yarn, Some(("llama.rope.scaling.type", "yarn")), None);
     let e = on_cpu(Load(yarn)).expect_err("YaRN loaded");

@@ -3,12 +3,12 @@
 
 use cinder_gguf::{GgufError, GgufFile};
 use cinder_models::gemma3::Gemma3Config;
-use cinder_models::llama::{LlamaConfig, RopeLayout};
+use cinder_models::llama::{LlamaConfig, QkNorm, RopeLayout};
 
 use crate::error::{ImportError, Result};
 
 /// GGUF `general.architecture` values served by [`cinder_models::llama`].
-pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2"];
+pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2", "qwen3"];
 
 /// Module path pattern -> GGUF tensor name pattern (`{i}` = block index).
 pub type NameTable = &'static [(&'static str, &'static str)];
@@ -29,19 +29,37 @@ const DECODER_NAMES: NameTable = &[
     ("layers.{i}.mlp.down", "blk.{i}.ffn_down"),
 ];
 
-/// What Gemma 3 adds: QK-norms and post-norms.
-const GEMMA3_EXTRA_NAMES: NameTable = &[
+/// Per-head RMSNorms of Q and K (Qwen3, Gemma 3).
+const QK_NORM_NAMES: NameTable = &[
     ("layers.{i}.attn.q_norm", "blk.{i}.attn_q_norm"),
     ("layers.{i}.attn.k_norm", "blk.{i}.attn_k_norm"),
+];
+
+/// Llama 3's RoPE frequency factors: read into the config ([`LlamaConfig::rope_freq_factors`]),
+/// not loaded as a module weight.
+const ROPE_FREQS_NAMES: NameTable = &[("rope_freqs", "rope_freqs")];
+
+/// What Gemma 3 adds besides QK-norms: post-norms.
+const GEMMA3_POST_NORM_NAMES: NameTable = &[
     ("layers.{i}.post_attn_norm", "blk.{i}.post_attention_norm"),
     ("layers.{i}.post_ffn_norm", "blk.{i}.post_ffw_norm"),
 ];
 
-/// Name tables of the Llama family.
-pub const LLAMA_GGUF_NAMES: &[NameTable] = &[DECODER_NAMES];
+/// Name tables the Llama family's weights load through (every member's tensors).
+pub const LLAMA_GGUF_NAMES: &[NameTable] = &[DECODER_NAMES, QK_NORM_NAMES];
+
+/// The tensors a file of one Llama-family architecture may hold: what llama.cpp's graph for that
+/// architecture reads, so a file is never run without a tensor its own engine would apply.
+pub fn llama_family_tables(arch: &str) -> &'static [NameTable] {
+    match arch {
+        "qwen2" => &[DECODER_NAMES],
+        "qwen3" => &[DECODER_NAMES, QK_NORM_NAMES],
+        _ => &[DECODER_NAMES, ROPE_FREQS_NAMES],
+    }
+}
 
 /// Name tables of Gemma 3.
-pub const GEMMA3_GGUF_NAMES: &[NameTable] = &[DECODER_NAMES, GEMMA3_EXTRA_NAMES];
+pub const GEMMA3_GGUF_NAMES: &[NameTable] = &[DECODER_NAMES, QK_NORM_NAMES, GEMMA3_POST_NORM_NAMES];
 
 /// Maps a module path (`layers.3.attn.wq`) to its GGUF base name (`blk.3.attn_q`) through `tables`.
 pub fn map_name(tables: &[NameTable], path: &str) -> Option<String> {
@@ -136,8 +154,8 @@ fn dims(f: &GgufFile, arch: &str) -> Result<Dims> {
 }
 
 /// Linear RoPE scaling factor (`rope.scaling.type = linear`), 1 when absent or `none`. Any other
-/// scaling (YaRN, LongRoPE, Llama 3's) changes every angle: a file asking for one is refused rather
-/// than run with plain RoPE.
+/// scaling type (YaRN, LongRoPE) changes every angle: a file asking for one is refused rather than
+/// run with plain RoPE. (Llama 3's scaling is not a type: its factors are the `rope_freqs` tensor.)
 fn rope_linear_scale(f: &GgufFile, arch: &str) -> Result<f64> {
     let k = key(arch, "rope.scaling.type");
     match f.get(&k).map(|v| v.as_str()) {
@@ -181,7 +199,33 @@ pub fn check_tensor_names(f: &GgufFile, arch: &str, tables: &[NameTable]) -> Res
     Ok(())
 }
 
-/// Builds a [`LlamaConfig`] from GGUF metadata (`llama.*`, `mistral.*`, `qwen2.*`).
+/// Llama 3's per-pair RoPE frequency factors: the `rope_freqs.weight` tensor (`[rope_dim / 2]`),
+/// if the file has one.
+fn rope_freq_factors(f: &GgufFile, rope_dim: usize) -> Result<Option<Vec<f32>>> {
+    let Some(t) = f.tensor("rope_freqs.weight") else {
+        return Ok(None);
+    };
+    let bad = |reason: String| -> ImportError {
+        GgufError::BadTensorShape {
+            name: t.name.clone(),
+            reason,
+            offset: 0,
+        }
+        .into()
+    };
+    if t.dims.as_slice() != [(rope_dim / 2) as u64] {
+        return Err(bad(format!(
+            "dims {:?}, expected [{}] (rope dimension count / 2)",
+            t.dims,
+            rope_dim / 2
+        )));
+    }
+    let data = f.tensor_shared(t);
+    let factors = cinder_gguf::dequant::dequantize(t.ggml_type, &data, rope_dim / 2)?;
+    Ok(Some(factors))
+}
+
+/// Builds a [`LlamaConfig`] from GGUF metadata (`llama.*`, `mistral.*`, `qwen2.*`, `qwen3.*`).
 pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     let arch = f.architecture()?;
     if !LLAMA_FAMILY.contains(&arch) {
@@ -205,9 +249,10 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     let rope_dim = opt_usize(f, &key(arch, "rope.dimension_count"))?.unwrap_or(head_dim);
     let context_length = opt_usize(f, &key(arch, "context_length"))?.unwrap_or(4096);
     let rope_linear_scale = rope_linear_scale(f, arch)?;
-    // llama.cpp: LLAMA_ROPE_TYPE_NORM for llama/mistral (the converter permuted Q/K), NEOX for qwen2.
+    // llama.cpp: LLAMA_ROPE_TYPE_NORM for llama/mistral (the converter permuted Q/K), NEOX for
+    // qwen2 and qwen3.
     let rope_layout = match arch {
-        "qwen2" => RopeLayout::Neox,
+        "qwen2" | "qwen3" => RopeLayout::Neox,
         _ => RopeLayout::Interleaved,
     };
     let cfg = LlamaConfig::new(
@@ -226,7 +271,9 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     .with_rope_linear_scale(rope_linear_scale)
     .with_context_length(context_length)
     .with_qkv_bias(f.tensor("blk.0.attn_q.bias").is_some())
-    .with_tie_embeddings(f.tensor("output.weight").is_none());
+    .with_tie_embeddings(f.tensor("output.weight").is_none())
+    .with_rope_freq_factors(rope_freq_factors(f, rope_dim)?)
+    .with_qk_norm((arch == "qwen3").then_some(QkNorm::RmsPerHead));
     cfg.validate()?;
     Ok(cfg)
 }

@@ -1,19 +1,21 @@
 //! Llama-family Hugging Face checkpoints (`LlamaForCausalLM`, `MistralForCausalLM`,
-//! `Qwen2ForCausalLM`): `config.json` mapped to [`LlamaConfig`], tensors renamed to GGUF names by a
-//! declarative table and put in GGUF layout, so the rest of Cinder sees what llama.cpp's converter
-//! would have written.
+//! `Qwen2ForCausalLM`, `Qwen3ForCausalLM`): `config.json` mapped to [`LlamaConfig`], tensors renamed
+//! to GGUF names by a declarative table and put in GGUF layout, so the rest of Cinder sees what
+//! llama.cpp's converter would have written. Llama 3's `rope_scaling` (type `llama3`) becomes the
+//! per-pair frequency factors the converter would store as `rope_freqs`.
 //!
 //! RoPE layout: HF Llama/Mistral checkpoints rotate the two halves of each head (NeoX style), GGUF
 //! Llama rotates adjacent pairs. llama.cpp's converter permutes the rows of `q_proj`/`k_proj`
 //! (`reshape(heads, 2, hd/2, in).swapaxes(1, 2)`) and runs the model with interleaved RoPE; Cinder
 //! does the same row permutation here, so a record of an HF checkpoint and the GGUF of the same
-//! weights are laid out identically. Qwen2 keeps NeoX RoPE and is not permuted (as in llama.cpp).
+//! weights are laid out identically. Qwen2 and Qwen3 keep NeoX RoPE and are not permuted (as in
+//! llama.cpp).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use cinder_gguf::{GgmlType, SharedBytes};
-use cinder_models::llama::{LlamaConfig, RopeLayout};
+use cinder_models::llama::{LlamaConfig, QkNorm, RopeLayout};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 
@@ -58,6 +60,14 @@ const HF_LLAMA_NAMES: &[(&str, &str)] = &[
         "blk.{i}.attn_output.weight",
     ),
     (
+        "model.layers.{i}.self_attn.q_norm.weight",
+        "blk.{i}.attn_q_norm.weight",
+    ),
+    (
+        "model.layers.{i}.self_attn.k_norm.weight",
+        "blk.{i}.attn_k_norm.weight",
+    ),
+    (
         "model.layers.{i}.post_attention_layernorm.weight",
         "blk.{i}.ffn_norm.weight",
     ),
@@ -83,7 +93,41 @@ const HF_ARCHITECTURES: &[(&str, &str)] = &[
     ("LlamaForCausalLM", "llama"),
     ("MistralForCausalLM", "mistral"),
     ("Qwen2ForCausalLM", "qwen2"),
+    ("Qwen3ForCausalLM", "qwen3"),
 ];
+
+/// Llama 3's RoPE scaling as per-pair frequency factors (what llama.cpp's converter stores as
+/// `rope_freqs`): pairs whose wavelength is under `original_max_position_embeddings /
+/// high_freq_factor` keep their frequency, those over `.. / low_freq_factor` are slowed by `factor`,
+/// and those between are blended smoothly.
+fn llama3_freq_factors(rs: &Value, path: &Path, theta: f64, rope_dim: usize) -> Result<Vec<f32>> {
+    let factor = f64_key(rs, path, "factor")?.unwrap_or(8.0);
+    let low = f64_key(rs, path, "low_freq_factor")?.unwrap_or(1.0);
+    let high = f64_key(rs, path, "high_freq_factor")?.unwrap_or(4.0);
+    let old_ctx = f64_key(rs, path, "original_max_position_embeddings")?.unwrap_or(8192.0);
+    if high <= low {
+        return Err(bad(
+            path,
+            format!("rope_scaling: high_freq_factor {high} must exceed low_freq_factor {low}"),
+        ));
+    }
+    let (low_wavelen, high_wavelen) = (old_ctx / low, old_ctx / high);
+    Ok((0..rope_dim / 2)
+        .map(|i| {
+            let freq = theta.powf(-2.0 * i as f64 / rope_dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let f = if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                factor
+            } else {
+                let smooth = (old_ctx / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            };
+            f as f32
+        })
+        .collect())
+}
 
 /// An HF checkpoint read into GGUF names and layout.
 #[derive(Debug)]
@@ -185,7 +229,7 @@ fn read_config(
         (Some(a), _) => {
             return Err(ImportError::UnsupportedArch(
                 a.to_string(),
-                "llama, mistral, qwen2 (SafeTensors)".into(),
+                "llama, mistral, qwen2, qwen3 (SafeTensors)".into(),
             ));
         }
         (None, Some(c)) => c,
@@ -207,7 +251,9 @@ fn read_config(
     let n_heads = need("num_attention_heads")?;
     let n_kv_heads = usize_key(&cfg, &path, "num_key_value_heads")?.unwrap_or(n_heads);
     let head_dim = usize_key(&cfg, &path, "head_dim")?.unwrap_or(d_model / n_heads);
+    let rope_theta = f64_key(&cfg, &path, "rope_theta")?.unwrap_or(10000.0);
     let mut rope_linear_scale = 1.0;
+    let mut rope_freq_factors = None;
     if let Some(rs) = cfg.get("rope_scaling").filter(|v| !v.is_null()) {
         let kind = rs
             .get("rope_type")
@@ -219,11 +265,14 @@ fn read_config(
                 rope_linear_scale = f64_key(rs, &path, "factor")?
                     .ok_or_else(|| bad(&path, "rope_scaling.factor is missing"))?;
             }
+            "llama3" => {
+                rope_freq_factors = Some(llama3_freq_factors(rs, &path, rope_theta, head_dim)?);
+            }
             "default" => {}
             other => {
                 return Err(bad(
                     &path,
-                    format!("rope_scaling type {other:?} is not supported (linear only)"),
+                    format!("rope_scaling type {other:?} is not supported (linear and llama3 are)"),
                 ));
             }
         }
@@ -239,13 +288,15 @@ fn read_config(
         head_dim,
     )
     .with_rms_eps(f64_key(&cfg, &path, "rms_norm_eps")?.unwrap_or(1e-5))
-    .with_rope_theta(f64_key(&cfg, &path, "rope_theta")?.unwrap_or(10000.0))
-    .with_rope_layout(if arch == "qwen2" {
+    .with_rope_theta(rope_theta)
+    .with_rope_layout(if matches!(arch, "qwen2" | "qwen3") {
         RopeLayout::Neox
     } else {
         RopeLayout::Interleaved
     })
     .with_rope_linear_scale(rope_linear_scale)
+    .with_rope_freq_factors(rope_freq_factors)
+    .with_qk_norm((arch == "qwen3").then_some(QkNorm::RmsPerHead))
     .with_context_length(usize_key(&cfg, &path, "max_position_embeddings")?.unwrap_or(4096))
     .with_sliding_window(if arch == "mistral" {
         usize_key(&cfg, &path, "sliding_window")?
@@ -319,7 +370,7 @@ pub fn permute_rope_rows(data: &[u8], heads: usize, hd: usize, row_bytes: usize)
 pub fn read(dir: &Path, arch_override: Option<&str>) -> Result<HfCheckpoint> {
     let (arch, mut config, name) = read_config(dir, arch_override)?;
     let (files, index) = weight_files(dir)?;
-    let permute = arch != "qwen2";
+    let permute = !matches!(arch.as_str(), "qwen2" | "qwen3");
     let mut tensors: BTreeMap<String, StoredTensor> = BTreeMap::new();
     for file in &files {
         let bytes = SharedBytes::map_file(file).map_err(|source| ImportError::Io {
@@ -406,6 +457,17 @@ pub fn read(dir: &Path, arch_override: Option<&str>) -> Result<HfCheckpoint> {
     // The embedding's rows are the vocabulary (configs sometimes round vocab_size differently).
     config.vocab_size = embd.dims[1] as usize;
     config.qkv_bias = tensors.contains_key("blk.0.attn_q.bias");
+    // QK-norm weights belong to Qwen3 alone; another architecture's graph would not apply them.
+    if config.qk_norm.is_none()
+        && let Some(name) = tensors
+            .keys()
+            .find(|n| n.contains(".attn_q_norm.") || n.contains(".attn_k_norm."))
+    {
+        return Err(bad(
+            dir,
+            format!("tensor {name} (a Q/K norm) is not part of a {arch} model"),
+        ));
+    }
     config.tie_embeddings = !tensors.contains_key("output.weight");
     config.validate()?;
     let mut sources = vec![dir.join("config.json")];

@@ -96,7 +96,7 @@ pub(crate) type Build<'a, T> = Box<dyn FnOnce(&ArchConfig, &dyn TensorStore) -> 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "architecture", content = "config", rename_all = "lowercase")]
 pub enum ArchConfig {
-    /// Llama, SmolLM, Mistral, Qwen2
+    /// Llama 2/3, SmolLM, Mistral, Qwen2, Qwen3
     Llama(LlamaConfig),
     /// Gemma 3
     Gemma3(Gemma3Config),
@@ -107,7 +107,7 @@ impl ArchConfig {
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let arch_name = file.architecture()?;
         if LLAMA_FAMILY.contains(&arch_name) {
-            arch::check_tensor_names(file, arch_name, arch::LLAMA_GGUF_NAMES)?;
+            arch::check_tensor_names(file, arch_name, arch::llama_family_tables(arch_name))?;
             Ok(Self::Llama(arch::llama_config(file)?))
         } else if arch_name == "gemma3" {
             arch::check_tensor_names(file, arch_name, arch::GEMMA3_GGUF_NAMES)?;

@@ -220,6 +220,7 @@ impl<B: InferenceBackend> Blocks<B> for Gemma3Blocks<B> {
             theta: c.rope_theta_local,
             style: RopeStyle::Neox,
             linear_scale: 1.0,
+            freq_factors: None,
         }
         .angles::<B>(&positions, hd, &device);
         let rope_global = Rope {
@@ -227,6 +228,7 @@ impl<B: InferenceBackend> Blocks<B> for Gemma3Blocks<B> {
             theta: c.rope_theta_global,
             style: RopeStyle::Neox,
             linear_scale: c.rope_linear_scale_global,
+            freq_factors: None,
         }
         .angles::<B>(&positions, hd, &device);
         let scale = (1.0 / c.query_pre_attn_scalar.sqrt()) as f32;

@@ -1,8 +1,10 @@
-//! Llama-family decoder (Llama 2/3, SmolLM, Mistral, Qwen2).
+//! Llama-family decoder (Llama 2/3, SmolLM, Mistral, Qwen2, Qwen3).
 //!
 //! References: Touvron et al., 2023, "LLaMA: Open and Efficient Foundation Language Models"; llama.cpp's
-//! `llm_build_llama` / `llm_build_qwen2` graphs for the GGUF conventions. Pre-norm blocks with RMSNorm,
-//! rotary embeddings, grouped-query attention (Q/K/V biases for Qwen2) and a SwiGLU MLP.
+//! `llm_build_llama` / `llm_build_qwen2` / `llm_build_qwen3` graphs for the GGUF conventions. Pre-norm
+//! blocks with RMSNorm, rotary embeddings, grouped-query attention and a SwiGLU MLP. The members differ
+//! only in switches of [`LlamaConfig`]: Q/K/V biases (Qwen2), a per-head RMSNorm of Q and K before
+//! RoPE (Qwen3), per-pair RoPE frequency factors (Llama 3's `rope_freqs`), a sliding window (Mistral).
 
 use std::ops::Range;
 
@@ -83,6 +85,22 @@ pub struct LlamaConfig {
     /// Mistral-style sliding-window attention
     #[config(default = "None")]
     pub sliding_window: Option<usize>,
+    /// RoPE frequency of pair `i` divided by `rope_freq_factors[i]` (`rope_dim / 2` values; Llama 3's
+    /// `rope_freqs` tensor, or computed from an HF `rope_scaling` of type `llama3`)
+    #[config(default = "None")]
+    pub rope_freq_factors: Option<Vec<f32>>,
+    /// a normalization of Q and K before RoPE (Qwen3); `None` for the other members
+    #[config(default = "None")]
+    pub qk_norm: Option<QkNorm>,
+}
+
+/// How Q and K are normalized before RoPE. (An `Option` in [`LlamaConfig`], so records written
+/// before the field existed still read: serde fills a missing `Option` with `None`.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum QkNorm {
+    /// an RMSNorm over each head's `head_dim` values, one weight vector for all Q heads and one for
+    /// all K heads (Qwen3, llama.cpp's `attn_q_norm` / `attn_k_norm`)
+    RmsPerHead,
 }
 
 impl LlamaConfig {
@@ -127,6 +145,20 @@ impl LlamaConfig {
                 self.rope_linear_scale
             ));
         }
+        if let Some(f) = &self.rope_freq_factors {
+            if f.len() != self.rope_dim / 2 {
+                return bad(format!(
+                    "{} RoPE frequency factors for {} rotation pairs",
+                    f.len(),
+                    self.rope_dim / 2
+                ));
+            }
+            if let Some(x) = f.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
+                return bad(format!(
+                    "RoPE frequency factor {x} is not a positive number"
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -138,6 +170,8 @@ pub struct LlamaBlock<B: InferenceBackend> {
     wq: QLinear<B>,
     wk: QLinear<B>,
     wv: QLinear<B>,
+    /// per-head RMSNorms of Q and K (`[head_dim]` each), with [`QkNorm::RmsPerHead`]
+    qk_norm: Option<(RmsNorm<B>, RmsNorm<B>)>,
     wo: QLinear<B>,
     ffn_norm: RmsNorm<B>,
     w_gate: QLinear<B>,
@@ -166,7 +200,7 @@ pub struct Llama<B: InferenceBackend> {
 impl<B: InferenceBackend> LlamaBlocks<B> {
     /// Loads blocks `layers` (clamped to the model's depth; at least one) by module path:
     /// `layers.{i}.{attn_norm, attn.wq, attn.wk, attn.wv, attn.wo, ffn_norm, mlp.gate, mlp.up,
-    /// mlp.down}`.
+    /// mlp.down}`, and `layers.{i}.attn.{q_norm, k_norm}` with [`LlamaConfig::qk_norm`].
     pub fn load(
         config: LlamaConfig,
         src: &mut dyn WeightSource<B>,
@@ -193,11 +227,20 @@ impl<B: InferenceBackend> LlamaBlocks<B> {
         let mut blocks = Vec::with_capacity(layers.len());
         for i in layers.clone() {
             let p = |s: &str| format!("layers.{i}.{s}");
+            let qk_norm = if c.qk_norm == Some(QkNorm::RmsPerHead) {
+                Some((
+                    RmsNorm::new(src.vector(&p("attn.q_norm"), hd)?, c.rms_eps),
+                    RmsNorm::new(src.vector(&p("attn.k_norm"), hd)?, c.rms_eps),
+                ))
+            } else {
+                None
+            };
             blocks.push(LlamaBlock {
                 attn_norm: RmsNorm::new(src.vector(&p("attn_norm"), d)?, c.rms_eps),
                 wq: src.linear(&p("attn.wq"), c.n_heads * hd, d, c.qkv_bias)?,
                 wk: src.linear(&p("attn.wk"), c.n_kv_heads * hd, d, c.qkv_bias)?,
                 wv: src.linear(&p("attn.wv"), c.n_kv_heads * hd, d, c.qkv_bias)?,
+                qk_norm,
                 wo: src.linear(&p("attn.wo"), d, c.n_heads * hd, false)?,
                 ffn_norm: RmsNorm::new(src.vector(&p("ffn_norm"), d)?, c.rms_eps),
                 w_gate: src.linear(&p("mlp.gate"), c.ffn_dim, d, false)?,
@@ -212,12 +255,13 @@ impl<B: InferenceBackend> LlamaBlocks<B> {
         })
     }
 
-    fn rope(&self) -> Rope {
+    fn rope(&self) -> Rope<'_> {
         Rope {
             n_rot: self.config.rope_dim,
             theta: self.config.rope_theta,
             style: self.config.rope_layout.into(),
             linear_scale: self.config.rope_linear_scale,
+            freq_factors: self.config.rope_freq_factors.as_deref(),
         }
     }
 }
@@ -242,7 +286,11 @@ impl<B: InferenceBackend> Blocks<B> for LlamaBlocks<B> {
             let (xs, n) = blk.attn_norm.forward_add(x, pending.take());
             // q [b, h, t, hd]; k, v [b, kvh, t, hd]
             let [q, k, v] = project(n, [&blk.wq, &blk.wk, &blk.wv]);
-            let (q, k) = rope.apply_pair(heads(q, h, hd), heads(k, kvh, hd));
+            let (q, k) = (heads(q, h, hd), heads(k, kvh, hd));
+            let (q, k) = match &blk.qk_norm {
+                Some((qn, kn)) => rope.apply_pair_normed(q, k, qn, kn),
+                None => rope.apply_pair(q, k),
+            };
             let (q, k) = (q.swap_dims(1, 2), k.swap_dims(1, 2));
             let v = split_heads(v, kvh, hd);
             let a = merge_heads(cache.attend(i, q, k, v, &params));
@@ -331,7 +379,11 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
 
 impl<B: InferenceBackend> LanguageModel<B> for Llama<B> {
     fn arch(&self) -> &'static str {
-        "llama"
+        if self.config().qk_norm.is_some() {
+            "qwen3"
+        } else {
+            "llama"
+        }
     }
 }
 
@@ -355,6 +407,32 @@ mod tests {
 
     fn smollm2() -> LlamaConfig {
         LlamaConfig::new(49152, 576, 30, 9, 3, 64, 1536, 64)
+    }
+
+    #[test]
+    fn configs_written_before_the_newer_switches_still_read() {
+        // A record's config.json from before `rope_freq_factors` and `qk_norm` existed.
+        let mut v = serde_json::to_value(smollm2()).expect("to json");
+        let obj = v.as_object_mut().expect("object");
+        obj.remove("rope_freq_factors");
+        obj.remove("qk_norm");
+        let c: LlamaConfig = serde_json::from_value(v).expect("reads");
+        assert_eq!(c, smollm2());
+    }
+
+    #[test]
+    fn rope_freq_factors_must_fit_the_rotated_dims() {
+        let with = |f: Vec<f32>| LlamaConfig {
+            rope_freq_factors: Some(f),
+            ..smollm2()
+        };
+        assert!(with(vec![1.0; 32]).validate().is_ok());
+        let e = with(vec![1.0; 31]).validate().unwrap_err().to_string();
+        assert!(e.contains("31 RoPE frequency factors"), "{e}");
+        let mut bad = vec![1.0; 32];
+        bad[3] = 0.0;
+        let e = with(bad).validate().unwrap_err().to_string();
+        assert!(e.contains("frequency factor 0"), "{e}");
     }
 
     #[test]

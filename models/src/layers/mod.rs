@@ -66,7 +66,7 @@ pub use cinder_runtime::{Glu, RopeStyle};
 /// Rotary position embedding (Su et al., 2021, "RoFormer"), applied to the first `n_rot` dims of each
 /// head. Angles are computed on the host per forward: `t × n_rot/2` values, cheaper than slicing a table.
 #[derive(Debug, Clone, Copy)]
-pub struct Rope {
+pub struct Rope<'a> {
     /// rotated dims per head (≤ head_dim, even)
     pub n_rot: usize,
     /// frequency base θ
@@ -75,9 +75,12 @@ pub struct Rope {
     pub style: RopeStyle,
     /// positions are divided by this (linear RoPE scaling; 1.0 = none)
     pub linear_scale: f64,
+    /// per rotation pair `i` (`n_rot/2` values), its frequency is divided by `freq_factors[i]`
+    /// (Llama 3's `rope_freqs`: long-wavelength pairs slowed down, as llama.cpp's `ggml_rope_ext`)
+    pub freq_factors: Option<&'a [f32]>,
 }
 
-impl Rope {
+impl Rope<'_> {
     /// The rotation for the forward's `positions` (one per time step; consecutive for one sequence,
     /// each sequence's own in a ragged batch), computed once per forward on the host, uploaded once
     /// and shared by every layer's Q and K, for heads of `head_dim`.
@@ -94,7 +97,13 @@ impl Rope {
         let mut c = vec![1.0f32; t * head_dim];
         let mut s = vec![0.0f32; t * head_dim];
         let freqs: Vec<f64> = (0..half)
-            .map(|i| self.theta.powf(-2.0 * i as f64 / self.n_rot as f64))
+            .map(|i| {
+                let factor = self
+                    .freq_factors
+                    .and_then(|f| f.get(i))
+                    .map_or(1.0, |&f| f as f64);
+                self.theta.powf(-2.0 * i as f64 / self.n_rot as f64) / factor
+            })
             .collect();
         for (pi, &p) in positions.iter().enumerate() {
             let p = p as f64 / self.linear_scale;
