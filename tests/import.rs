@@ -223,7 +223,7 @@ fn unpermute(rows: &[f32], heads: usize, hd: usize, row_len: usize) -> Vec<f32> 
 type HfTensor = (String, Vec<usize>, Vec<u8>);
 
 /// Writes an HF checkpoint (2 shards + index, F32, HF names and layout, HF config and tokenizer
-/// files) from a GGUF Llama or Qwen3 model; `rope_scaling` goes into `config.json` as it is (a
+/// files) from a GGUF Llama, Qwen3 or Phi-3 model; `rope_scaling` goes into `config.json` as it is (a
 /// `rope_freqs` tensor has no HF counterpart: the config's scaling stands for it).
 fn write_hf_from_gguf(gguf: &Path, dir: &Path, rope_scaling: Option<serde_json::Value>) {
     use cinder::gguf::GgufFile;
@@ -262,10 +262,12 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path, rope_scaling: Option<serde_json::
             "attn_k.weight" => "self_attn.k_proj.weight",
             "attn_v.weight" => "self_attn.v_proj.weight",
             "attn_output.weight" => "self_attn.o_proj.weight",
+            "attn_qkv.weight" => "self_attn.qkv_proj.weight",
             "attn_q_norm.weight" => "self_attn.q_norm.weight",
             "attn_k_norm.weight" => "self_attn.k_norm.weight",
             "ffn_norm.weight" => "post_attention_layernorm.weight",
             "ffn_gate.weight" => "mlp.gate_proj.weight",
+            "ffn_up.weight" if arch == "phi3" => "mlp.gate_up_proj.weight",
             "ffn_up.weight" => "mlp.up_proj.weight",
             "ffn_down.weight" => "mlp.down_proj.weight",
             other => panic!("unexpected tensor {other}"),
@@ -311,6 +313,7 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path, rope_scaling: Option<serde_json::
     let hf_arch = match arch.as_str() {
         "llama" => "LlamaForCausalLM",
         "qwen3" => "Qwen3ForCausalLM",
+        "phi3" => "Phi3ForCausalLM",
         other => panic!("no HF writer for {other}"),
     };
     let config = json!({
@@ -451,12 +454,12 @@ fn hf_safetensors_checkpoints_match_the_gguf() {
     });
 }
 
-/// The tiny Llama 3 and Qwen3 files (`tests/data/tiny`) as HF checkpoints: Qwen3's Q/K norms map
-/// through the name table, and Llama 3's `rope_scaling` (type `llama3`, the parameters
+/// The tiny Llama 3, Qwen3 and Phi-3 files (`tests/data/tiny`) as HF checkpoints: Qwen3's Q/K norms
+/// and Phi-3's fused projections map through the name table, and Llama 3's `rope_scaling` (type `llama3`, the parameters
 /// `benches/reference/tiny_models.py` computed its `rope_freqs` from) gives the same frequency
 /// factors: logits equal bit for bit to the F32 GGUF of the same weights.
 #[test]
-fn hf_llama3_and_qwen3_checkpoints_match_their_gguf() {
+fn hf_llama3_qwen3_and_phi3_checkpoints_match_their_gguf() {
     struct Same(PathBuf, PathBuf);
     impl BackendTask for Same {
         type Output = ();
@@ -477,7 +480,11 @@ fn hf_llama3_and_qwen3_checkpoints_match_their_gguf() {
     let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny");
     let llama3_scaling = json!({"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
         "high_freq_factor": 4.0, "original_max_position_embeddings": 16});
-    for (name, scaling) in [("llama3-tiny", Some(llama3_scaling)), ("qwen3-tiny", None)] {
+    for (name, scaling) in [
+        ("llama3-tiny", Some(llama3_scaling)),
+        ("qwen3-tiny", None),
+        ("phi3-tiny", None),
+    ] {
         let f32_gguf = tmp.path().join(format!("{name}-f32.gguf"));
         write_f32_gguf(&tiny.join(format!("{name}.gguf")), &f32_gguf);
         let hf = tmp.path().join(name);

@@ -8,7 +8,7 @@ use cinder_models::llama::{LlamaConfig, QkNorm, RopeLayout};
 use crate::error::{ImportError, Result};
 
 /// GGUF `general.architecture` values served by [`cinder_models::llama`].
-pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2", "qwen3"];
+pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "phi3"];
 
 /// Module path pattern -> GGUF tensor name pattern (`{i}` = block index).
 pub type NameTable = &'static [(&'static str, &'static str)];
@@ -35,6 +35,10 @@ const QK_NORM_NAMES: NameTable = &[
     ("layers.{i}.attn.k_norm", "blk.{i}.attn_k_norm"),
 ];
 
+/// Phi-3's fused projections: Q, K and V in one tensor (its fused gate-up is stored as `ffn_up` of
+/// twice the width); split into the Llama block's parts on load ([`crate::fused`]).
+const FUSED_QKV_NAMES: NameTable = &[("layers.{i}.attn.wqkv", "blk.{i}.attn_qkv")];
+
 /// Llama 3's RoPE frequency factors: read into the config ([`LlamaConfig::rope_freq_factors`]),
 /// not loaded as a module weight.
 const ROPE_FREQS_NAMES: NameTable = &[("rope_freqs", "rope_freqs")];
@@ -54,6 +58,7 @@ pub fn llama_family_tables(arch: &str) -> &'static [NameTable] {
     match arch {
         "qwen2" => &[DECODER_NAMES],
         "qwen3" => &[DECODER_NAMES, QK_NORM_NAMES],
+        "phi3" => &[DECODER_NAMES, FUSED_QKV_NAMES],
         _ => &[DECODER_NAMES, ROPE_FREQS_NAMES],
     }
 }
@@ -157,6 +162,15 @@ fn dims(f: &GgufFile, arch: &str) -> Result<Dims> {
 /// scaling type (YaRN, LongRoPE) changes every angle: a file asking for one is refused rather than
 /// run with plain RoPE. (Llama 3's scaling is not a type: its factors are the `rope_freqs` tensor.)
 fn rope_linear_scale(f: &GgufFile, arch: &str) -> Result<f64> {
+    // llama.cpp multiplies every rotated value by this (LongRoPE and YaRN files carry it).
+    let attn = key(arch, "rope.scaling.attn_factor");
+    if let Some(a) = f.opt_f64(&attn)?
+        && a != 1.0
+    {
+        return Err(ImportError::Unsupported(format!(
+            "{attn} = {a}: RoPE attention scaling (LongRoPE, YaRN) is not implemented"
+        )));
+    }
     let k = key(arch, "rope.scaling.type");
     match f.get(&k).map(|v| v.as_str()) {
         None | Some(Some("none")) => Ok(1.0),
@@ -250,9 +264,9 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     let context_length = opt_usize(f, &key(arch, "context_length"))?.unwrap_or(4096);
     let rope_linear_scale = rope_linear_scale(f, arch)?;
     // llama.cpp: LLAMA_ROPE_TYPE_NORM for llama/mistral (the converter permuted Q/K), NEOX for
-    // qwen2 and qwen3.
+    // qwen2, qwen3 and phi3.
     let rope_layout = match arch {
-        "qwen2" | "qwen3" => RopeLayout::Neox,
+        "qwen2" | "qwen3" | "phi3" => RopeLayout::Neox,
         _ => RopeLayout::Interleaved,
     };
     let cfg = LlamaConfig::new(

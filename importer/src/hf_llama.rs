@@ -1,5 +1,5 @@
 //! Llama-family Hugging Face checkpoints (`LlamaForCausalLM`, `MistralForCausalLM`,
-//! `Qwen2ForCausalLM`, `Qwen3ForCausalLM`): `config.json` mapped to [`LlamaConfig`], tensors renamed
+//! `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `Phi3ForCausalLM`): `config.json` mapped to [`LlamaConfig`], tensors renamed
 //! to GGUF names by a declarative table and put in GGUF layout, so the rest of Cinder sees what
 //! llama.cpp's converter would have written. Llama 3's `rope_scaling` (type `llama3`) becomes the
 //! per-pair frequency factors the converter would store as `rope_freqs`.
@@ -8,8 +8,8 @@
 //! Llama rotates adjacent pairs. llama.cpp's converter permutes the rows of `q_proj`/`k_proj`
 //! (`reshape(heads, 2, hd/2, in).swapaxes(1, 2)`) and runs the model with interleaved RoPE; Cinder
 //! does the same row permutation here, so a record of an HF checkpoint and the GGUF of the same
-//! weights are laid out identically. Qwen2 and Qwen3 keep NeoX RoPE and are not permuted (as in
-//! llama.cpp).
+//! weights are laid out identically. Qwen2, Qwen3 and Phi-3 keep NeoX RoPE and are not permuted (as
+//! in llama.cpp).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -59,6 +59,15 @@ const HF_LLAMA_NAMES: &[(&str, &str)] = &[
         "model.layers.{i}.self_attn.o_proj.weight",
         "blk.{i}.attn_output.weight",
     ),
+    // Phi-3: Q, K and V in one projection, gate and up in another (split on load, as from GGUF)
+    (
+        "model.layers.{i}.self_attn.qkv_proj.weight",
+        "blk.{i}.attn_qkv.weight",
+    ),
+    (
+        "model.layers.{i}.mlp.gate_up_proj.weight",
+        "blk.{i}.ffn_up.weight",
+    ),
     (
         "model.layers.{i}.self_attn.q_norm.weight",
         "blk.{i}.attn_q_norm.weight",
@@ -94,6 +103,7 @@ const HF_ARCHITECTURES: &[(&str, &str)] = &[
     ("MistralForCausalLM", "mistral"),
     ("Qwen2ForCausalLM", "qwen2"),
     ("Qwen3ForCausalLM", "qwen3"),
+    ("Phi3ForCausalLM", "phi3"),
 ];
 
 /// Llama 3's RoPE scaling as per-pair frequency factors (what llama.cpp's converter stores as
@@ -229,7 +239,7 @@ fn read_config(
         (Some(a), _) => {
             return Err(ImportError::UnsupportedArch(
                 a.to_string(),
-                "llama, mistral, qwen2, qwen3 (SafeTensors)".into(),
+                "llama, mistral, qwen2, qwen3, phi3 (SafeTensors)".into(),
             ));
         }
         (None, Some(c)) => c,
@@ -277,6 +287,17 @@ fn read_config(
             }
         }
     }
+    // Phi-4-mini rotates 3/4 of each head (`partial_rotary_factor`); the rest pass through.
+    let rope_dim = match cfg.get("partial_rotary_factor").and_then(Value::as_f64) {
+        Some(f) if f > 0.0 && f <= 1.0 => ((head_dim as f64 * f) as usize) & !1,
+        Some(f) => {
+            return Err(bad(
+                &path,
+                format!("partial_rotary_factor {f} out of (0, 1]"),
+            ));
+        }
+        None => head_dim,
+    };
     let config = LlamaConfig::new(
         need("vocab_size")?,
         d_model,
@@ -285,11 +306,11 @@ fn read_config(
         n_kv_heads,
         head_dim,
         need("intermediate_size")?,
-        head_dim,
+        rope_dim,
     )
     .with_rms_eps(f64_key(&cfg, &path, "rms_norm_eps")?.unwrap_or(1e-5))
     .with_rope_theta(rope_theta)
-    .with_rope_layout(if matches!(arch, "qwen2" | "qwen3") {
+    .with_rope_layout(if matches!(arch, "qwen2" | "qwen3" | "phi3") {
         RopeLayout::Neox
     } else {
         RopeLayout::Interleaved
@@ -370,7 +391,7 @@ pub fn permute_rope_rows(data: &[u8], heads: usize, hd: usize, row_bytes: usize)
 pub fn read(dir: &Path, arch_override: Option<&str>) -> Result<HfCheckpoint> {
     let (arch, mut config, name) = read_config(dir, arch_override)?;
     let (files, index) = weight_files(dir)?;
-    let permute = !matches!(arch.as_str(), "qwen2" | "qwen3");
+    let permute = !matches!(arch.as_str(), "qwen2" | "qwen3" | "phi3");
     let mut tensors: BTreeMap<String, StoredTensor> = BTreeMap::new();
     for file in &files {
         let bytes = SharedBytes::map_file(file).map_err(|source| ImportError::Io {

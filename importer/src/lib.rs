@@ -12,6 +12,7 @@
 pub mod arch;
 pub mod embedding;
 mod error;
+mod fused;
 mod gguf_weights;
 pub mod hf_llama;
 mod load;

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::arch::{self, GEMMA3_GGUF_NAMES, LLAMA_FAMILY, LLAMA_GGUF_NAMES};
 use crate::error::{ImportError, Result};
+use crate::fused::FusedSplit;
 use crate::gguf_weights::{TableWeights, TensorStore};
 
 /// What `cinder info` reports about a file.
@@ -96,7 +97,7 @@ pub(crate) type Build<'a, T> = Box<dyn FnOnce(&ArchConfig, &dyn TensorStore) -> 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "architecture", content = "config", rename_all = "lowercase")]
 pub enum ArchConfig {
-    /// Llama 2/3, SmolLM, Mistral, Qwen2, Qwen3
+    /// Llama 2/3, SmolLM, Mistral, Qwen2, Qwen3, Phi-3
     Llama(LlamaConfig),
     /// Gemma 3
     Gemma3(Gemma3Config),
@@ -136,7 +137,8 @@ impl ArchConfig {
     ) -> Result<AnyModel<B>> {
         Ok(match self {
             Self::Llama(cfg) => {
-                let mut src = TableWeights::<B, S>::new(store, LLAMA_GGUF_NAMES, device.clone());
+                let split = FusedSplit::new(store, cfg);
+                let mut src = TableWeights::new(&split, LLAMA_GGUF_NAMES, device.clone());
                 AnyModel::new(Llama::load(cfg.clone(), &mut src)?)
             }
             Self::Gemma3(cfg) => {
@@ -155,7 +157,8 @@ impl ArchConfig {
     ) -> Result<Box<dyn Decoder<B>>> {
         Ok(match self {
             Self::Llama(cfg) => {
-                let mut src = TableWeights::<B, S>::new(store, LLAMA_GGUF_NAMES, device.clone());
+                let split = FusedSplit::new(store, cfg);
+                let mut src = TableWeights::new(&split, LLAMA_GGUF_NAMES, device.clone());
                 Box::new(Llama::load_layers(cfg.clone(), &mut src, layers)?)
             }
             Self::Gemma3(cfg) => {
@@ -174,7 +177,8 @@ impl ArchConfig {
     ) -> Result<Box<dyn Blocks<B>>> {
         Ok(match self {
             Self::Llama(cfg) => {
-                let mut src = TableWeights::<B, S>::new(store, LLAMA_GGUF_NAMES, device.clone());
+                let split = FusedSplit::new(store, cfg);
+                let mut src = TableWeights::new(&split, LLAMA_GGUF_NAMES, device.clone());
                 Box::new(LlamaBlocks::load(cfg.clone(), &mut src, layers)?)
             }
             Self::Gemma3(cfg) => {
