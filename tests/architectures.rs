@@ -240,3 +240,8 @@ fn llama3_rope_freqs_match_llama_cpp() {
 fn qwen3_matches_llama_cpp() {
     check("qwen3-tiny");
 }
+
+#[test]
+fn phi3_fused_projections_match_llama_cpp() {
+    check("phi3-tiny");
+}

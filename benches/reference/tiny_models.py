@@ -4,7 +4,8 @@
 No small real checkpoint of these architectures is reachable from the build machines, so each one
 gets a file with the real SmolLM2 tokenizer (copied from the catalog's SmolLM2-135M GGUF), two
 layers, small widths and random weights stored in several quant types (F32, F16, Q8_0, Q5_0, Q5_1,
-Q4_0, Q4_1, Q4_K, Q6_K), so the graph and the dequantization are both exercised. The weights are
+Q4_0, Q4_1, Q4_K, Q6_K), so the graph and the dequantization are both exercised. `phi3-tiny`
+stores its projections fused, as Phi-3 files do. The weights are
 drawn so that the model is not degenerate: attention scores and logits have a spread of a few units,
 and for `llama3-tiny` the RoPE frequency factors (`rope_freqs`) change the logits at short positions.
 
@@ -176,6 +177,15 @@ MODELS = {
                    attn_output=T.Q6_K, ffn_gate=T.Q4_0, ffn_up=T.Q5_0, ffn_down=T.Q4_K),
         seed=2,
     ),
+    "phi3-tiny": dict(
+        arch="phi3",
+        # Phi-3 stores Q, K, V as one `attn_qkv` and gate + up as one `ffn_up` of twice the width
+        d=128, ff=256, heads=4, kv_heads=2, head_dim=32, layers=2, theta=10000.0,
+        rope_freqs=None, fused=True,
+        types=dict(token_embd=T.Q4_0, attn_qkv=T.Q8_0, attn_output=T.Q4_1, ffn_up=T.Q5_0,
+                   ffn_down=T.Q4_K),
+        seed=3,
+    ),
 }
 
 
@@ -185,7 +195,9 @@ def write_model(name, spec, tokenizer_src, out_dir):
     h, kvh, hd, n_layers = spec["heads"], spec["kv_heads"], spec["head_dim"], spec["layers"]
     path = Path(out_dir) / f"{name}.gguf"
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(name)
+    # llama.cpp sets special-token attributes for models whose name says Phi-3, which needs
+    # Phi-3's own vocabulary (`</s>`): the SmolLM2 vocabulary's Phi-3 file goes by another name.
+    w.add_name("tiny random model" if arch == "phi3" else name)
     n_vocab = copy_tokenizer(tokenizer_src, w)
     w.add_context_length(2048)
     w.add_embedding_length(d)
@@ -198,6 +210,10 @@ def write_model(name, spec, tokenizer_src, out_dir):
     w.add_rope_dimension_count(hd)
     w.add_rope_freq_base(spec["theta"])
     w.add_layer_norm_rms_eps(1e-6)
+    if arch == "phi3":
+        # what the converter writes for Phi-3-mini-4k (llama.cpp ignores Phi's sliding window)
+        w.add_rope_scaling_orig_ctx_len(2048)
+        w.add_sliding_window(2047)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
     types = spec["types"]
 
@@ -223,9 +239,13 @@ def write_model(name, spec, tokenizer_src, out_dir):
         p = f"blk.{i}."
         add(p + "attn_norm.weight", norm(d), T.F32)
         # Q and K scaled up so attention scores spread over a few units and positions matter.
-        add(p + "attn_q.weight", 2.0 * linear(h * hd, d), types["attn_q"])
-        add(p + "attn_k.weight", 2.0 * linear(kvh * hd, d), types["attn_k"])
-        add(p + "attn_v.weight", linear(kvh * hd, d), types["attn_v"])
+        q, k, v = 2.0 * linear(h * hd, d), 2.0 * linear(kvh * hd, d), linear(kvh * hd, d)
+        if spec.get("fused"):
+            add(p + "attn_qkv.weight", np.concatenate([q, k, v]), types["attn_qkv"])
+        else:
+            add(p + "attn_q.weight", q, types["attn_q"])
+            add(p + "attn_k.weight", k, types["attn_k"])
+            add(p + "attn_v.weight", v, types["attn_v"])
         if arch == "qwen3":
             add(p + "attn_q_norm.weight", norm(hd, 0.3, 1.5), T.F32)
             add(p + "attn_k_norm.weight", norm(hd, 0.3, 1.5), T.F32)
@@ -233,8 +253,13 @@ def write_model(name, spec, tokenizer_src, out_dir):
         # residual stream: otherwise the tied head mostly predicts the input token again.
         add(p + "attn_output.weight", 4.0 * linear(d, h * hd), types["attn_output"])
         add(p + "ffn_norm.weight", norm(d), T.F32)
-        add(p + "ffn_gate.weight", linear(ff, d), types["ffn_gate"])
-        add(p + "ffn_up.weight", linear(ff, d), types["ffn_up"])
+        gate, up = linear(ff, d), linear(ff, d)
+        if spec.get("fused"):
+            # gate rows first, then up rows: llama.cpp's swiglu applies SiLU to the first half
+            add(p + "ffn_up.weight", np.concatenate([gate, up]), types["ffn_up"])
+        else:
+            add(p + "ffn_gate.weight", gate, types["ffn_gate"])
+            add(p + "ffn_up.weight", up, types["ffn_up"])
         add(p + "ffn_down.weight", 4.0 * linear(d, ff), types["ffn_down"])
     add("output_norm.weight", norm(d, 0.05, 0.3), T.F32)
     w.write_header_to_file()
