@@ -39,6 +39,13 @@ const QK_NORM_NAMES: NameTable = &[
 /// twice the width); split into the Llama block's parts on load ([`crate::fused`]).
 const FUSED_QKV_NAMES: NameTable = &[("layers.{i}.attn.wqkv", "blk.{i}.attn_qkv")];
 
+/// LongRoPE's two sets of RoPE frequency factors (Phi-3.5, Phi-4-mini): one is read into the config
+/// by the context the model runs at ([`rope_freq_factors`]).
+const LONGROPE_NAMES: NameTable = &[
+    ("rope_factors_long", "rope_factors_long"),
+    ("rope_factors_short", "rope_factors_short"),
+];
+
 /// Llama 3's RoPE frequency factors: read into the config ([`LlamaConfig::rope_freq_factors`]),
 /// not loaded as a module weight.
 const ROPE_FREQS_NAMES: NameTable = &[("rope_freqs", "rope_freqs")];
@@ -58,7 +65,7 @@ pub fn llama_family_tables(arch: &str) -> &'static [NameTable] {
     match arch {
         "qwen2" => &[DECODER_NAMES],
         "qwen3" => &[DECODER_NAMES, QK_NORM_NAMES],
-        "phi3" => &[DECODER_NAMES, FUSED_QKV_NAMES],
+        "phi3" => &[DECODER_NAMES, FUSED_QKV_NAMES, LONGROPE_NAMES],
         _ => &[DECODER_NAMES, ROPE_FREQS_NAMES],
     }
 }
@@ -162,15 +169,6 @@ fn dims(f: &GgufFile, arch: &str) -> Result<Dims> {
 /// scaling type (YaRN, LongRoPE) changes every angle: a file asking for one is refused rather than
 /// run with plain RoPE. (Llama 3's scaling is not a type: its factors are the `rope_freqs` tensor.)
 fn rope_linear_scale(f: &GgufFile, arch: &str) -> Result<f64> {
-    // llama.cpp multiplies every rotated value by this (LongRoPE and YaRN files carry it).
-    let attn = key(arch, "rope.scaling.attn_factor");
-    if let Some(a) = f.opt_f64(&attn)?
-        && a != 1.0
-    {
-        return Err(ImportError::Unsupported(format!(
-            "{attn} = {a}: RoPE attention scaling (LongRoPE, YaRN) is not implemented"
-        )));
-    }
     let k = key(arch, "rope.scaling.type");
     match f.get(&k).map(|v| v.as_str()) {
         None | Some(Some("none")) => Ok(1.0),
@@ -213,12 +211,47 @@ pub fn check_tensor_names(f: &GgufFile, arch: &str, tables: &[NameTable]) -> Res
     Ok(())
 }
 
-/// Llama 3's per-pair RoPE frequency factors: the `rope_freqs.weight` tensor (`[rope_dim / 2]`),
-/// if the file has one.
-fn rope_freq_factors(f: &GgufFile, rope_dim: usize) -> Result<Option<Vec<f32>>> {
-    let Some(t) = f.tensor("rope_freqs.weight") else {
-        return Ok(None);
+/// Per-pair RoPE frequency factors, if the file has any: Llama 3's `rope_freqs`, or LongRoPE's
+/// `rope_factors_long` / `rope_factors_short`, chosen as llama.cpp chooses them: the long ones when
+/// the context the model runs at (`context_length`: Cinder serves the trained context) exceeds
+/// `rope.scaling.original_context_length`.
+fn rope_freq_factors(
+    f: &GgufFile,
+    arch: &str,
+    rope_dim: usize,
+    context_length: usize,
+) -> Result<Option<Vec<f32>>> {
+    let original =
+        opt_usize(f, &key(arch, "rope.scaling.original_context_length"))?.unwrap_or(context_length);
+    let long = if context_length > original {
+        "rope_factors_long.weight"
+    } else {
+        "rope_factors_short.weight"
     };
+    // Both LongRoPE sets are checked, as llama.cpp loads both.
+    for name in ["rope_factors_long.weight", "rope_factors_short.weight"] {
+        if f.tensor(name).is_some() {
+            factors_tensor(f, name, rope_dim)?;
+        }
+    }
+    for name in ["rope_freqs.weight", long] {
+        if f.tensor(name).is_some() {
+            return factors_tensor(f, name, rope_dim).map(Some);
+        }
+    }
+    Ok(None)
+}
+
+/// RoPE attention factor (`rope.scaling.attn_factor`, LongRoPE files): llama.cpp multiplies every
+/// rotated Q and K value by it.
+fn rope_attn_factor(f: &GgufFile, arch: &str) -> Result<Option<f64>> {
+    Ok(f.opt_f64(&key(arch, "rope.scaling.attn_factor"))?
+        .filter(|&a| a != 1.0))
+}
+
+/// A `[rope_dim / 2]` factors tensor, as f32.
+fn factors_tensor(f: &GgufFile, name: &str, rope_dim: usize) -> Result<Vec<f32>> {
+    let t = f.require_tensor(name)?;
     let bad = |reason: String| -> ImportError {
         GgufError::BadTensorShape {
             name: t.name.clone(),
@@ -235,8 +268,11 @@ fn rope_freq_factors(f: &GgufFile, rope_dim: usize) -> Result<Option<Vec<f32>>> 
         )));
     }
     let data = f.tensor_shared(t);
-    let factors = cinder_gguf::dequant::dequantize(t.ggml_type, &data, rope_dim / 2)?;
-    Ok(Some(factors))
+    Ok(cinder_gguf::dequant::dequantize(
+        t.ggml_type,
+        &data,
+        rope_dim / 2,
+    )?)
 }
 
 /// Builds a [`LlamaConfig`] from GGUF metadata (`llama.*`, `mistral.*`, `qwen2.*`, `qwen3.*`).
@@ -286,7 +322,8 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     .with_context_length(context_length)
     .with_qkv_bias(f.tensor("blk.0.attn_q.bias").is_some())
     .with_tie_embeddings(f.tensor("output.weight").is_none())
-    .with_rope_freq_factors(rope_freq_factors(f, rope_dim)?)
+    .with_rope_freq_factors(rope_freq_factors(f, arch, rope_dim, context_length)?)
+    .with_rope_attn_factor(rope_attn_factor(f, arch)?)
     .with_qk_norm((arch == "qwen3").then_some(QkNorm::RmsPerHead));
     cfg.validate()?;
     Ok(cfg)

@@ -106,6 +106,51 @@ const HF_ARCHITECTURES: &[(&str, &str)] = &[
     ("Phi3ForCausalLM", "phi3"),
 ];
 
+/// LongRoPE (Phi-3.5, Phi-4-mini) as llama.cpp's converter and graph apply it: the long factors
+/// when the trained context (`max_position_embeddings`, which Cinder serves) exceeds
+/// `original_max_position_embeddings`, else the short ones, and every rotated value multiplied by
+/// `sqrt(1 + ln(scale) / ln(original))`, `scale` the ratio of the two contexts.
+fn longrope(
+    cfg: &Value,
+    rs: &Value,
+    path: &Path,
+    rope_dim: usize,
+) -> Result<(Vec<f32>, Option<f64>)> {
+    let ctx = usize_key(cfg, path, "max_position_embeddings")?
+        .ok_or_else(|| bad(path, "max_position_embeddings is missing"))?;
+    let original = match usize_key(cfg, path, "original_max_position_embeddings")? {
+        Some(o) => o,
+        None => usize_key(rs, path, "original_max_position_embeddings")?
+            .ok_or_else(|| bad(path, "original_max_position_embeddings is missing"))?,
+    };
+    let which = if ctx > original {
+        "long_factor"
+    } else {
+        "short_factor"
+    };
+    let factors: Vec<f32> = rs
+        .get(which)
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad(path, format!("rope_scaling.{which} is missing")))?
+        .iter()
+        .map(|v| v.as_f64().map(|x| x as f32))
+        .collect::<Option<_>>()
+        .ok_or_else(|| bad(path, format!("rope_scaling.{which} holds a non-number")))?;
+    if factors.len() != rope_dim / 2 {
+        return Err(bad(
+            path,
+            format!(
+                "rope_scaling.{which} has {} values for {} rotation pairs",
+                factors.len(),
+                rope_dim / 2
+            ),
+        ));
+    }
+    let scale = ctx as f64 / original as f64;
+    let attn = (scale > 1.0).then(|| (1.0 + scale.ln() / (original as f64).ln()).sqrt());
+    Ok((factors, attn))
+}
+
 /// Llama 3's RoPE scaling as per-pair frequency factors (what llama.cpp's converter stores as
 /// `rope_freqs`): pairs whose wavelength is under `original_max_position_embeddings /
 /// high_freq_factor` keep their frequency, those over `.. / low_freq_factor` are slowed by `factor`,
@@ -264,6 +309,18 @@ fn read_config(
     let rope_theta = f64_key(&cfg, &path, "rope_theta")?.unwrap_or(10000.0);
     let mut rope_linear_scale = 1.0;
     let mut rope_freq_factors = None;
+    let mut rope_attn_factor = None;
+    // Phi-4-mini rotates 3/4 of each head (`partial_rotary_factor`); the rest pass through.
+    let rope_dim = match cfg.get("partial_rotary_factor").and_then(Value::as_f64) {
+        Some(f) if f > 0.0 && f <= 1.0 => ((head_dim as f64 * f) as usize) & !1,
+        Some(f) => {
+            return Err(bad(
+                &path,
+                format!("partial_rotary_factor {f} out of (0, 1]"),
+            ));
+        }
+        None => head_dim,
+    };
     if let Some(rs) = cfg.get("rope_scaling").filter(|v| !v.is_null()) {
         let kind = rs
             .get("rope_type")
@@ -278,6 +335,11 @@ fn read_config(
             "llama3" => {
                 rope_freq_factors = Some(llama3_freq_factors(rs, &path, rope_theta, head_dim)?);
             }
+            "longrope" | "su" => {
+                let (factors, attn) = longrope(&cfg, rs, &path, rope_dim)?;
+                rope_freq_factors = Some(factors);
+                rope_attn_factor = attn;
+            }
             "default" => {}
             other => {
                 return Err(bad(
@@ -287,17 +349,6 @@ fn read_config(
             }
         }
     }
-    // Phi-4-mini rotates 3/4 of each head (`partial_rotary_factor`); the rest pass through.
-    let rope_dim = match cfg.get("partial_rotary_factor").and_then(Value::as_f64) {
-        Some(f) if f > 0.0 && f <= 1.0 => ((head_dim as f64 * f) as usize) & !1,
-        Some(f) => {
-            return Err(bad(
-                &path,
-                format!("partial_rotary_factor {f} out of (0, 1]"),
-            ));
-        }
-        None => head_dim,
-    };
     let config = LlamaConfig::new(
         need("vocab_size")?,
         d_model,
@@ -317,6 +368,7 @@ fn read_config(
     })
     .with_rope_linear_scale(rope_linear_scale)
     .with_rope_freq_factors(rope_freq_factors)
+    .with_rope_attn_factor(rope_attn_factor)
     .with_qk_norm((arch == "qwen3").then_some(QkNorm::RmsPerHead))
     .with_context_length(usize_key(&cfg, &path, "max_position_embeddings")?.unwrap_or(4096))
     .with_sliding_window(if arch == "mistral" {

@@ -86,9 +86,12 @@ pub struct LlamaConfig {
     #[config(default = "None")]
     pub sliding_window: Option<usize>,
     /// RoPE frequency of pair `i` divided by `rope_freq_factors[i]` (`rope_dim / 2` values; Llama 3's
-    /// `rope_freqs` tensor, or computed from an HF `rope_scaling` of type `llama3`)
+    /// `rope_freqs` tensor or HF `rope_scaling` of type `llama3`; LongRoPE's long or short factors)
     #[config(default = "None")]
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// rotated Q and K values multiplied by this (LongRoPE's attention factor; `None` = 1)
+    #[config(default = "None")]
+    pub rope_attn_factor: Option<f64>,
     /// a normalization of Q and K before RoPE (Qwen3); `None` for the other members
     #[config(default = "None")]
     pub qk_norm: Option<QkNorm>,
@@ -144,6 +147,11 @@ impl LlamaConfig {
                 "rope_linear_scale {} out of range",
                 self.rope_linear_scale
             ));
+        }
+        if let Some(a) = self.rope_attn_factor
+            && !(a > 0.0 && a.is_finite())
+        {
+            return bad(format!("rope_attn_factor {a} out of range"));
         }
         if let Some(f) = &self.rope_freq_factors {
             if f.len() != self.rope_dim / 2 {
@@ -262,6 +270,7 @@ impl<B: InferenceBackend> LlamaBlocks<B> {
             style: self.config.rope_layout.into(),
             linear_scale: self.config.rope_linear_scale,
             freq_factors: self.config.rope_freq_factors.as_deref(),
+            attn_factor: self.config.rope_attn_factor.unwrap_or(1.0) as f32,
         }
     }
 }
@@ -416,6 +425,7 @@ mod tests {
         let obj = v.as_object_mut().expect("object");
         obj.remove("rope_freq_factors");
         obj.remove("qk_norm");
+        obj.remove("rope_attn_factor");
         let c: LlamaConfig = serde_json::from_value(v).expect("reads");
         assert_eq!(c, smollm2());
     }

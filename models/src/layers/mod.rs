@@ -78,6 +78,9 @@ pub struct Rope<'a> {
     /// per rotation pair `i` (`n_rot/2` values), its frequency is divided by `freq_factors[i]`
     /// (Llama 3's `rope_freqs`: long-wavelength pairs slowed down, as llama.cpp's `ggml_rope_ext`)
     pub freq_factors: Option<&'a [f32]>,
+    /// every rotated value is multiplied by this (1.0 = none): llama.cpp's `attn_factor`, which
+    /// LongRoPE files carry (`rope.scaling.attn_factor`); Q·K is scaled by its square
+    pub attn_factor: f32,
 }
 
 impl Rope<'_> {
@@ -109,7 +112,7 @@ impl Rope<'_> {
             let p = p as f64 / self.linear_scale;
             for (i, &freq) in freqs.iter().enumerate() {
                 let (sn, cs) = (p * freq).sin_cos();
-                let (sn, cs) = (sn as f32, cs as f32);
+                let (sn, cs) = (sn as f32 * self.attn_factor, cs as f32 * self.attn_factor);
                 let (j0, j1) = match self.style {
                     RopeStyle::Neox => (i, i + half),
                     RopeStyle::Interleaved => (2 * i, 2 * i + 1),
