@@ -224,7 +224,8 @@ type HfTensor = (String, Vec<usize>, Vec<u8>);
 
 /// Writes an HF checkpoint (2 shards + index, F32, HF names and layout, HF config and tokenizer
 /// files) from a GGUF Llama, Qwen3 or Phi-3 model; `rope_scaling` goes into `config.json` as it is (a
-/// `rope_freqs` tensor has no HF counterpart: the config's scaling stands for it).
+/// `rope_freqs` tensor has no HF counterpart: the config's scaling stands for it). LongRoPE factors
+/// and a partial rotation are written as Phi-3's config holds them.
 fn write_hf_from_gguf(gguf: &Path, dir: &Path, rope_scaling: Option<serde_json::Value>) {
     use cinder::gguf::GgufFile;
     use cinder::tokenizer::Tokenizer;
@@ -276,7 +277,8 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path, rope_scaling: Option<serde_json::
     };
     std::fs::create_dir_all(dir).expect("mkdir");
     let mut shards: [Vec<HfTensor>; 2] = [Vec::new(), Vec::new()];
-    for info in f.tensors().iter().filter(|t| t.name != "rope_freqs.weight") {
+    // RoPE factors live in the HF config, not among the weights.
+    for info in f.tensors().iter().filter(|t| !t.name.starts_with("rope_f")) {
         let mut v = f.dequantize(info).expect("dequantize");
         let shape: Vec<usize> = info.dims.iter().rev().map(|&x| x as usize).collect();
         let row_len = shape.last().copied().unwrap_or(1);
@@ -332,6 +334,21 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path, rope_scaling: Option<serde_json::
         "tie_word_embeddings": f.tensor("output.weight").is_none(),
         "torch_dtype": "float32",
     });
+    let mut config = config;
+    let rope_dim = opt_u("rope.dimension_count").unwrap_or(hd);
+    if rope_dim != hd {
+        config["partial_rotary_factor"] = json!(rope_dim as f64 / hd as f64);
+    }
+    if let Some(long) = f.tensor("rope_factors_long.weight") {
+        let short = f
+            .tensor("rope_factors_short.weight")
+            .expect("short factors");
+        config["rope_scaling"] = json!({"type": "longrope",
+            "long_factor": f.dequantize(long).expect("long"),
+            "short_factor": f.dequantize(short).expect("short")});
+        config["original_max_position_embeddings"] =
+            json!(u("rope.scaling.original_context_length"));
+    }
     std::fs::write(dir.join("config.json"), config.to_string()).expect("config");
     let tok = Tokenizer::from_gguf(&f).expect("tokenizer");
     std::fs::write(
@@ -455,7 +472,8 @@ fn hf_safetensors_checkpoints_match_the_gguf() {
 }
 
 /// The tiny Llama 3, Qwen3 and Phi-3 files (`tests/data/tiny`) as HF checkpoints: Qwen3's Q/K norms
-/// and Phi-3's fused projections map through the name table, and Llama 3's `rope_scaling` (type `llama3`, the parameters
+/// and Phi-3's fused projections map through the name table, Phi-3's LongRoPE config picks the same
+/// factors and attention factor as its GGUF, and Llama 3's `rope_scaling` (type `llama3`, the parameters
 /// `benches/reference/tiny_models.py` computed its `rope_freqs` from) gives the same frequency
 /// factors: logits equal bit for bit to the F32 GGUF of the same weights.
 #[test]

@@ -179,9 +179,11 @@ MODELS = {
     ),
     "phi3-tiny": dict(
         arch="phi3",
-        # Phi-3 stores Q, K, V as one `attn_qkv` and gate + up as one `ffn_up` of twice the width
-        d=128, ff=256, heads=4, kv_heads=2, head_dim=32, layers=2, theta=10000.0,
-        rope_freqs=None, fused=True,
+        # Phi-3 stores Q, K, V as one `attn_qkv` and gate + up as one `ffn_up` of twice the width.
+        # As Phi-3.5 and Phi-4-mini: LongRoPE (long and short factors, an attention factor) and,
+        # as Phi-4-mini, RoPE on 3/4 of each head.
+        d=128, ff=256, heads=4, kv_heads=2, head_dim=32, rope_dim=24, layers=2, theta=10000.0,
+        rope_freqs=None, fused=True, longrope=dict(original_ctx=256),
         types=dict(token_embd=T.Q4_0, attn_qkv=T.Q8_0, attn_output=T.Q4_1, ffn_up=T.Q5_0,
                    ffn_down=T.Q4_K),
         seed=3,
@@ -207,12 +209,16 @@ def write_model(name, spec, tokenizer_src, out_dir):
     w.add_head_count_kv(kvh)
     w.add_key_length(hd)
     w.add_value_length(hd)
-    w.add_rope_dimension_count(hd)
+    rope_dim = spec.get("rope_dim", hd)
+    w.add_rope_dimension_count(rope_dim)
     w.add_rope_freq_base(spec["theta"])
     w.add_layer_norm_rms_eps(1e-6)
     if arch == "phi3":
-        # what the converter writes for Phi-3-mini-4k (llama.cpp ignores Phi's sliding window)
-        w.add_rope_scaling_orig_ctx_len(2048)
+        # what the converter writes for a LongRoPE Phi (llama.cpp ignores Phi's sliding window):
+        # the context (2048) exceeds the original (256), so the long factors apply
+        orig = spec["longrope"]["original_ctx"]
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(2048 / orig) / math.log(orig)))
         w.add_sliding_window(2047)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
     types = spec["types"]
@@ -231,6 +237,11 @@ def write_model(name, spec, tokenizer_src, out_dir):
     # Embedding entries ~N(0, 1): the tied output head then gives logits with a spread of a few units
     # (the final norm's weights are ~0.3 for that).
     add("token_embd.weight", rng.standard_normal((n_vocab, d)).astype(np.float32), types["token_embd"])
+    if spec.get("longrope"):
+        w.add_tensor("rope_factors_long.weight",
+                     rng.uniform(1.0, 8.0, rope_dim // 2).astype(np.float32))
+        w.add_tensor("rope_factors_short.weight",
+                     rng.uniform(1.0, 2.0, rope_dim // 2).astype(np.float32))
     if spec["rope_freqs"]:
         rf = spec["rope_freqs"]
         factors = llama3_freq_factors(spec["theta"], hd, rf["factor"], rf["low"], rf["high"], rf["old_ctx"])
