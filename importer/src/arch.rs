@@ -4,11 +4,12 @@
 use cinder_gguf::{GgufError, GgufFile};
 use cinder_models::gemma3::Gemma3Config;
 use cinder_models::llama::{LlamaConfig, QkNorm, RopeLayout};
+use cinder_models::moe::MoeConfig;
 
 use crate::error::{ImportError, Result};
 
 /// GGUF `general.architecture` values served by [`cinder_models::llama`].
-pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "phi3"];
+pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "phi3"];
 
 /// Module path pattern -> GGUF tensor name pattern (`{i}` = block index).
 pub type NameTable = &'static [(&'static str, &'static str)];
@@ -56,8 +57,17 @@ const GEMMA3_POST_NORM_NAMES: NameTable = &[
     ("layers.{i}.post_ffn_norm", "blk.{i}.post_ffw_norm"),
 ];
 
+/// Mixture-of-experts layers: the router and the 3-D expert tensors (`[in, out, n_experts]`),
+/// expert `{e}` a zero-copy slice of its tensor ([`crate::fused`]).
+const MOE_NAMES: NameTable = &[
+    ("layers.{i}.moe.router", "blk.{i}.ffn_gate_inp"),
+    ("layers.{i}.moe.gate.{e}", "blk.{i}.ffn_gate_exps.{e}"),
+    ("layers.{i}.moe.up.{e}", "blk.{i}.ffn_up_exps.{e}"),
+    ("layers.{i}.moe.down.{e}", "blk.{i}.ffn_down_exps.{e}"),
+];
+
 /// Name tables the Llama family's weights load through (every member's tensors).
-pub const LLAMA_GGUF_NAMES: &[NameTable] = &[DECODER_NAMES, QK_NORM_NAMES];
+pub const LLAMA_GGUF_NAMES: &[NameTable] = &[DECODER_NAMES, QK_NORM_NAMES, MOE_NAMES];
 
 /// The tensors a file of one Llama-family architecture may hold: what llama.cpp's graph for that
 /// architecture reads, so a file is never run without a tensor its own engine would apply.
@@ -65,6 +75,7 @@ pub fn llama_family_tables(arch: &str) -> &'static [NameTable] {
     match arch {
         "qwen2" => &[DECODER_NAMES],
         "qwen3" => &[DECODER_NAMES, QK_NORM_NAMES],
+        "qwen3moe" => &[DECODER_NAMES, QK_NORM_NAMES, MOE_NAMES],
         "phi3" => &[DECODER_NAMES, FUSED_QKV_NAMES, LONGROPE_NAMES],
         _ => &[DECODER_NAMES, ROPE_FREQS_NAMES],
     }
@@ -84,14 +95,25 @@ pub fn map_name(tables: &[NameTable], path: &str) -> Option<String> {
         }
         None => (None, path.to_string()),
     };
-    let (_, gguf) = tables
-        .iter()
-        .flat_map(|t| t.iter())
-        .find(|(m, _)| *m == pattern)?;
-    Some(match index {
+    let find = |pattern: &str| {
+        tables
+            .iter()
+            .flat_map(|t| t.iter())
+            .find(|(m, _)| *m == pattern)
+            .map(|(_, g)| *g)
+    };
+    let with_layer = |gguf: &str| match index {
         Some(n) => gguf.replace("{i}", n),
         None => gguf.to_string(),
-    })
+    };
+    if let Some(gguf) = find(&pattern) {
+        return Some(with_layer(gguf));
+    }
+    // An expert: `layers.N.moe.gate.E` through the pattern `layers.{i}.moe.gate.{e}`.
+    let (head, e) = pattern.rsplit_once('.')?;
+    let _: usize = e.parse().ok()?;
+    let gguf = find(&format!("{head}.{{e}}"))?;
+    Some(with_layer(gguf).replace("{e}", e))
 }
 
 /// Key `{arch}.{suffix}`.
@@ -188,12 +210,14 @@ pub fn check_tensor_names(f: &GgufFile, arch: &str, tables: &[NameTable]) -> Res
         tables
             .iter()
             .flat_map(|t| t.iter())
-            .any(|(_, pattern)| match pattern.split_once("{i}") {
+            // an expert's pattern names its 3-D tensor without the expert index
+            .map(|(_, pattern)| pattern.strip_suffix(".{e}").unwrap_or(pattern))
+            .any(|pattern| match pattern.split_once("{i}") {
                 Some((pre, post)) => base
                     .strip_prefix(pre)
                     .and_then(|rest| rest.strip_suffix(post))
                     .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())),
-                None => base == *pattern,
+                None => base == pattern,
             })
     };
     for t in f.tensors() {
@@ -275,6 +299,26 @@ fn factors_tensor(f: &GgufFile, name: &str, rope_dim: usize) -> Result<Vec<f32>>
     )?)
 }
 
+/// The mixture-of-experts layout (`{arch}.expert_count` and friends), for the architectures whose
+/// blocks are MoE. Qwen3-MoE renormalizes the chosen experts' weights, as llama.cpp's graph does.
+fn moe_config(f: &GgufFile, arch: &str) -> Result<Option<MoeConfig>> {
+    if arch != "qwen3moe" {
+        return Ok(None);
+    }
+    let n_experts = get_usize(f, &key(arch, "expert_count"))?;
+    let n_experts_used = get_usize(f, &key(arch, "expert_used_count"))?;
+    let expert_ffn_dim = match opt_usize(f, &key(arch, "expert_feed_forward_length"))? {
+        Some(n) => n,
+        None => get_usize(f, &key(arch, "feed_forward_length"))? / n_experts_used.max(1),
+    };
+    Ok(Some(MoeConfig {
+        n_experts,
+        n_experts_used,
+        expert_ffn_dim,
+        normalize_weights: true,
+    }))
+}
+
 /// Builds a [`LlamaConfig`] from GGUF metadata (`llama.*`, `mistral.*`, `qwen2.*`, `qwen3.*`).
 pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     let arch = f.architecture()?;
@@ -302,7 +346,7 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     // llama.cpp: LLAMA_ROPE_TYPE_NORM for llama/mistral (the converter permuted Q/K), NEOX for
     // qwen2, qwen3 and phi3.
     let rope_layout = match arch {
-        "qwen2" | "qwen3" | "phi3" => RopeLayout::Neox,
+        "qwen2" | "qwen3" | "qwen3moe" | "phi3" => RopeLayout::Neox,
         _ => RopeLayout::Interleaved,
     };
     let cfg = LlamaConfig::new(
@@ -324,7 +368,8 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     .with_tie_embeddings(f.tensor("output.weight").is_none())
     .with_rope_freq_factors(rope_freq_factors(f, arch, rope_dim, context_length)?)
     .with_rope_attn_factor(rope_attn_factor(f, arch)?)
-    .with_qk_norm((arch == "qwen3").then_some(QkNorm::RmsPerHead));
+    .with_qk_norm(matches!(arch, "qwen3" | "qwen3moe").then_some(QkNorm::RmsPerHead))
+    .with_moe(moe_config(f, arch)?);
     cfg.validate()?;
     Ok(cfg)
 }

@@ -2,7 +2,8 @@
 //! the MLP's gate and up projections as one `ffn_up` of twice the hidden width. The rows of a GGUF
 //! tensor are contiguous, so each part is a zero-copy byte range of the fused tensor, and the Llama
 //! block loads `attn_q`, `attn_k`, `attn_v`, `ffn_gate` and `ffn_up` as if they had been stored
-//! apart: one graph for every Llama-family member.
+//! apart: one graph for every Llama-family member. Mixture-of-experts files store each layer's
+//! experts as one 3-D tensor; expert `e` (`blk.N.ffn_gate_exps.e`) is its `e`-th slab of rows.
 
 use cinder_models::llama::LlamaConfig;
 
@@ -62,6 +63,22 @@ impl<S: TensorStore + ?Sized> TensorStore for FusedSplit<'_, S> {
             return Some(t);
         }
         let (base, part) = name.strip_suffix(".weight")?.rsplit_once('.')?;
+        // Expert `e` of a 3-D expert tensor (`[in, out, n_experts]`): its `out` rows.
+        if let Ok(e) = part.parse::<usize>() {
+            let t = self.inner.stored(&format!("{base}.weight"))?;
+            let [cols, out, n_experts] = t.dims.as_slice() else {
+                return None;
+            };
+            let (out, n_experts) = (*out as usize, *n_experts as usize);
+            if e >= n_experts {
+                return None;
+            }
+            let flat = StoredTensor {
+                dims: vec![*cols, (out * n_experts) as u64],
+                ..t
+            };
+            return rows(&flat, e * out, out, out * n_experts);
+        }
         let [q, k, v] = self.qkv_rows;
         let total = q + k + v;
         match part {

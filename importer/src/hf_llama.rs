@@ -1,5 +1,5 @@
 //! Llama-family Hugging Face checkpoints (`LlamaForCausalLM`, `MistralForCausalLM`,
-//! `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `Phi3ForCausalLM`): `config.json` mapped to [`LlamaConfig`], tensors renamed
+//! `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `Qwen3MoeForCausalLM`, `Phi3ForCausalLM`): `config.json` mapped to [`LlamaConfig`], tensors renamed
 //! to GGUF names by a declarative table and put in GGUF layout, so the rest of Cinder sees what
 //! llama.cpp's converter would have written. Llama 3's `rope_scaling` (type `llama3`) becomes the
 //! per-pair frequency factors the converter would store as `rope_freqs`.
@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use cinder_gguf::{GgmlType, SharedBytes};
 use cinder_models::llama::{LlamaConfig, QkNorm, RopeLayout};
+use cinder_models::moe::MoeConfig;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 
@@ -68,6 +69,23 @@ const HF_LLAMA_NAMES: &[(&str, &str)] = &[
         "model.layers.{i}.mlp.gate_up_proj.weight",
         "blk.{i}.ffn_up.weight",
     ),
+    // Qwen3-MoE: the router and each expert's projections (`{e}` = expert index)
+    (
+        "model.layers.{i}.mlp.gate.weight",
+        "blk.{i}.ffn_gate_inp.weight",
+    ),
+    (
+        "model.layers.{i}.mlp.experts.{e}.gate_proj.weight",
+        "blk.{i}.ffn_gate_exps.{e}.weight",
+    ),
+    (
+        "model.layers.{i}.mlp.experts.{e}.up_proj.weight",
+        "blk.{i}.ffn_up_exps.{e}.weight",
+    ),
+    (
+        "model.layers.{i}.mlp.experts.{e}.down_proj.weight",
+        "blk.{i}.ffn_down_exps.{e}.weight",
+    ),
     (
         "model.layers.{i}.self_attn.q_norm.weight",
         "blk.{i}.attn_q_norm.weight",
@@ -103,8 +121,38 @@ const HF_ARCHITECTURES: &[(&str, &str)] = &[
     ("MistralForCausalLM", "mistral"),
     ("Qwen2ForCausalLM", "qwen2"),
     ("Qwen3ForCausalLM", "qwen3"),
+    ("Qwen3MoeForCausalLM", "qwen3moe"),
     ("Phi3ForCausalLM", "phi3"),
 ];
+
+/// Qwen3-MoE's experts (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`,
+/// `norm_topk_prob`). Checkpoints that keep some layers dense (`decoder_sparse_step` above 1 or
+/// `mlp_only_layers`) are refused: every block here is MoE, as in llama.cpp's graph.
+fn hf_moe(cfg: &Value, path: &Path) -> Result<MoeConfig> {
+    let need = |key: &str| -> Result<usize> {
+        usize_key(cfg, path, key)?.ok_or_else(|| bad(path, format!("{key} is missing")))
+    };
+    if usize_key(cfg, path, "decoder_sparse_step")?.is_some_and(|s| s != 1)
+        || cfg
+            .get("mlp_only_layers")
+            .and_then(Value::as_array)
+            .is_some_and(|l| !l.is_empty())
+    {
+        return Err(bad(
+            path,
+            "layers without experts (decoder_sparse_step, mlp_only_layers) are not supported",
+        ));
+    }
+    Ok(MoeConfig {
+        n_experts: need("num_experts")?,
+        n_experts_used: need("num_experts_per_tok")?,
+        expert_ffn_dim: need("moe_intermediate_size")?,
+        normalize_weights: cfg
+            .get("norm_topk_prob")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+    })
+}
 
 /// LongRoPE (Phi-3.5, Phi-4-mini) as llama.cpp's converter and graph apply it: the long factors
 /// when the trained context (`max_position_embeddings`, which Cinder serves) exceeds
@@ -219,10 +267,21 @@ fn gguf_name(hf: &str) -> Option<String> {
         let (n, tail) = rest.split_once('.')?;
         let i: usize = n.parse().ok()?;
         let pattern = format!("model.layers.{{i}}.{tail}");
+        if let Some((_, g)) = HF_LLAMA_NAMES.iter().find(|(h, _)| *h == pattern) {
+            return Some(g.replace("{i}", &i.to_string()));
+        }
+        // An expert: `mlp.experts.E.…` through the pattern `mlp.experts.{e}.…`.
+        let (head, rest) = tail.split_once("experts.")?;
+        let (e, after) = rest.split_once('.')?;
+        let e: usize = e.parse().ok()?;
+        let pattern = format!("model.layers.{{i}}.{head}experts.{{e}}.{after}");
         return HF_LLAMA_NAMES
             .iter()
             .find(|(h, _)| *h == pattern)
-            .map(|(_, g)| g.replace("{i}", &i.to_string()));
+            .map(|(_, g)| {
+                g.replace("{i}", &i.to_string())
+                    .replace("{e}", &e.to_string())
+            });
     }
     HF_LLAMA_NAMES
         .iter()
@@ -284,7 +343,7 @@ fn read_config(
         (Some(a), _) => {
             return Err(ImportError::UnsupportedArch(
                 a.to_string(),
-                "llama, mistral, qwen2, qwen3, phi3 (SafeTensors)".into(),
+                "llama, mistral, qwen2, qwen3, qwen3moe, phi3 (SafeTensors)".into(),
             ));
         }
         (None, Some(c)) => c,
@@ -361,7 +420,7 @@ fn read_config(
     )
     .with_rms_eps(f64_key(&cfg, &path, "rms_norm_eps")?.unwrap_or(1e-5))
     .with_rope_theta(rope_theta)
-    .with_rope_layout(if matches!(arch, "qwen2" | "qwen3" | "phi3") {
+    .with_rope_layout(if matches!(arch, "qwen2" | "qwen3" | "qwen3moe" | "phi3") {
         RopeLayout::Neox
     } else {
         RopeLayout::Interleaved
@@ -369,7 +428,12 @@ fn read_config(
     .with_rope_linear_scale(rope_linear_scale)
     .with_rope_freq_factors(rope_freq_factors)
     .with_rope_attn_factor(rope_attn_factor)
-    .with_qk_norm((arch == "qwen3").then_some(QkNorm::RmsPerHead))
+    .with_qk_norm(matches!(arch, "qwen3" | "qwen3moe").then_some(QkNorm::RmsPerHead))
+    .with_moe(if arch == "qwen3moe" {
+        Some(hf_moe(&cfg, &path)?)
+    } else {
+        None
+    })
     .with_context_length(usize_key(&cfg, &path, "max_position_embeddings")?.unwrap_or(4096))
     .with_sliding_window(if arch == "mistral" {
         usize_key(&cfg, &path, "sliding_window")?
@@ -443,7 +507,7 @@ pub fn permute_rope_rows(data: &[u8], heads: usize, hd: usize, row_bytes: usize)
 pub fn read(dir: &Path, arch_override: Option<&str>) -> Result<HfCheckpoint> {
     let (arch, mut config, name) = read_config(dir, arch_override)?;
     let (files, index) = weight_files(dir)?;
-    let permute = !matches!(arch.as_str(), "qwen2" | "qwen3" | "phi3");
+    let permute = !matches!(arch.as_str(), "qwen2" | "qwen3" | "qwen3moe" | "phi3");
     let mut tensors: BTreeMap<String, StoredTensor> = BTreeMap::new();
     for file in &files {
         let bytes = SharedBytes::map_file(file).map_err(|source| ImportError::Io {

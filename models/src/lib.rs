@@ -1,7 +1,7 @@
 //! # cinder-models
 //!
-//! Model architectures written once against Burn's `Backend` trait: [`llama`] (Llama, SmolLM, Mistral,
-//! Qwen2), [`gemma3`] and the [`bert`] encoder behind [`embed`]'s sentence embeddings. Each has a `Config` with `validate()`, a `load` from a [`WeightSource`], and a
+//! Model architectures written once against Burn's `Backend` trait: [`llama`] (Llama 2/3, SmolLM, Mistral,
+//! Qwen2, Qwen3, Phi-3; Qwen3-MoE with [`moe`]), [`gemma3`] and the [`bert`] encoder behind [`embed`]'s sentence embeddings. Each has a `Config` with `validate()`, a `load` from a [`WeightSource`], and a
 //! `forward` that goes through the runtime's linear layer and attention op, so models never branch on
 //! backend, quantization or cache layout.
 #![warn(missing_docs)]
@@ -14,6 +14,7 @@ pub mod gemma3;
 pub mod layers;
 pub mod llama;
 mod loader;
+pub mod moe;
 pub mod split;
 
 pub use decoder::{AnyModel, Blocks, Decoder, LanguageModel};

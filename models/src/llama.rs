@@ -4,7 +4,8 @@
 //! `llm_build_llama` / `llm_build_qwen2` / `llm_build_qwen3` graphs for the GGUF conventions. Pre-norm
 //! blocks with RMSNorm, rotary embeddings, grouped-query attention and a SwiGLU MLP. The members differ
 //! only in switches of [`LlamaConfig`]: Q/K/V biases (Qwen2), a per-head RMSNorm of Q and K before
-//! RoPE (Qwen3), per-pair RoPE frequency factors (Llama 3's `rope_freqs`), a sliding window (Mistral).
+//! RoPE (Qwen3), per-pair RoPE frequency factors (Llama 3's `rope_freqs`, LongRoPE), a sliding window
+//! (Mistral), a mixture of experts in place of the MLP (Qwen3-MoE, [`crate::moe`]).
 
 use std::ops::Range;
 
@@ -23,6 +24,7 @@ use crate::layers::{
     Ends, RmsNorm, Rope, RopeStyle, block_range, heads, merge_heads, project, split_heads, swiglu,
 };
 use crate::loader::WeightSource;
+use crate::moe::{MoeConfig, MoeFfn};
 
 /// RoPE pairing as stored in the checkpoint (serializable mirror of [`RopeStyle`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,6 +97,9 @@ pub struct LlamaConfig {
     /// a normalization of Q and K before RoPE (Qwen3); `None` for the other members
     #[config(default = "None")]
     pub qk_norm: Option<QkNorm>,
+    /// every block's MLP is a mixture of experts (Qwen3-MoE); `ffn_dim` is then unused
+    #[config(default = "None")]
+    pub moe: Option<MoeConfig>,
 }
 
 /// How Q and K are normalized before RoPE. (An `Option` in [`LlamaConfig`], so records written
@@ -148,6 +153,9 @@ impl LlamaConfig {
                 self.rope_linear_scale
             ));
         }
+        if let Some(m) = &self.moe {
+            m.validate()?;
+        }
         if let Some(a) = self.rope_attn_factor
             && !(a > 0.0 && a.is_finite())
         {
@@ -182,9 +190,37 @@ pub struct LlamaBlock<B: InferenceBackend> {
     qk_norm: Option<(RmsNorm<B>, RmsNorm<B>)>,
     wo: QLinear<B>,
     ffn_norm: RmsNorm<B>,
-    w_gate: QLinear<B>,
-    w_up: QLinear<B>,
-    w_down: QLinear<B>,
+    ffn: Ffn<B>,
+}
+
+/// A block's feed-forward layer.
+// One per block, and the dense variant is the common one: boxing it would add an indirection to
+// every step for nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Module, Debug)]
+pub enum Ffn<B: InferenceBackend> {
+    /// one SwiGLU MLP
+    Dense(DenseMlp<B>),
+    /// a mixture of SwiGLU experts ([`crate::moe`])
+    Moe(MoeFfn<B>),
+}
+
+/// SwiGLU MLP: `down(silu(gate·x) ⊙ up·x)`.
+#[derive(Module, Debug)]
+pub struct DenseMlp<B: InferenceBackend> {
+    gate: QLinear<B>,
+    up: QLinear<B>,
+    down: QLinear<B>,
+}
+
+impl<B: InferenceBackend> Ffn<B> {
+    /// `n` `[b, t, d]` (the normed residual) -> `[b, t, d]`.
+    fn forward(&self, n: Tensor<B, 3>) -> Tensor<B, 3> {
+        match self {
+            Self::Dense(m) => m.down.forward(swiglu(n, &m.gate, &m.up)),
+            Self::Moe(m) => m.forward(n),
+        }
+    }
 }
 
 /// Blocks `first_layer..first_layer + blocks.len()` of a Llama-family model.
@@ -243,6 +279,14 @@ impl<B: InferenceBackend> LlamaBlocks<B> {
             } else {
                 None
             };
+            let ffn = match &c.moe {
+                Some(moe) => Ffn::Moe(MoeFfn::load(moe, src, &p("moe"), d)?),
+                None => Ffn::Dense(DenseMlp {
+                    gate: src.linear(&p("mlp.gate"), c.ffn_dim, d, false)?,
+                    up: src.linear(&p("mlp.up"), c.ffn_dim, d, false)?,
+                    down: src.linear(&p("mlp.down"), d, c.ffn_dim, false)?,
+                }),
+            };
             blocks.push(LlamaBlock {
                 attn_norm: RmsNorm::new(src.vector(&p("attn_norm"), d)?, c.rms_eps),
                 wq: src.linear(&p("attn.wq"), c.n_heads * hd, d, c.qkv_bias)?,
@@ -251,9 +295,7 @@ impl<B: InferenceBackend> LlamaBlocks<B> {
                 qk_norm,
                 wo: src.linear(&p("attn.wo"), d, c.n_heads * hd, false)?,
                 ffn_norm: RmsNorm::new(src.vector(&p("ffn_norm"), d)?, c.rms_eps),
-                w_gate: src.linear(&p("mlp.gate"), c.ffn_dim, d, false)?,
-                w_up: src.linear(&p("mlp.up"), c.ffn_dim, d, false)?,
-                w_down: src.linear(&p("mlp.down"), d, c.ffn_dim, false)?,
+                ffn,
             });
         }
         Ok(Self {
@@ -304,9 +346,8 @@ impl<B: InferenceBackend> Blocks<B> for LlamaBlocks<B> {
             let v = split_heads(v, kvh, hd);
             let a = merge_heads(cache.attend(i, q, k, v, &params));
             let (xs, n) = blk.ffn_norm.forward_add(xs, Some(blk.wo.forward(a)));
-            let g = swiglu(n, &blk.w_gate, &blk.w_up);
             x = xs;
-            pending = Some(blk.w_down.forward(g));
+            pending = Some(blk.ffn.forward(n));
         }
         match pending {
             Some(p) => x + p,
@@ -388,10 +429,10 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
 
 impl<B: InferenceBackend> LanguageModel<B> for Llama<B> {
     fn arch(&self) -> &'static str {
-        if self.config().qk_norm.is_some() {
-            "qwen3"
-        } else {
-            "llama"
+        match (&self.config().moe, &self.config().qk_norm) {
+            (Some(_), _) => "qwen3moe",
+            (None, Some(_)) => "qwen3",
+            _ => "llama",
         }
     }
 }
@@ -426,6 +467,7 @@ mod tests {
         obj.remove("rope_freq_factors");
         obj.remove("qk_norm");
         obj.remove("rope_attn_factor");
+        obj.remove("moe");
         let c: LlamaConfig = serde_json::from_value(v).expect("reads");
         assert_eq!(c, smollm2());
     }
