@@ -41,6 +41,11 @@ const MEAN_LOGPROB_TOL: f32 = 0.15;
 /// two-layer models amplify rounding; storing V in f16 alone moves a first-position log-probability by
 /// 0.08).
 const MAX_LOGPROB_TOL: f32 = 1.0;
+/// The same for a mixture of experts, whose routing is discrete: where two experts score almost
+/// alike for a token, a rounding difference picks the other one and that position's distribution
+/// jumps (measured up to 1.44 at one position, a different position on each attention cache — the
+/// caches differ only in f16 rounding — while every prompt's mean stays within 0.05–0.08).
+const MAX_LOGPROB_TOL_MOE: f32 = 2.5;
 
 /// One line of a `*.logits.jsonl` file.
 #[derive(Debug, Deserialize)]
@@ -157,6 +162,7 @@ fn teacher_forced<B: InferenceBackend>(
 
 struct Tiny {
     model: &'static str,
+    max_logprob_tol: f32,
 }
 
 impl BackendTask for Tiny {
@@ -216,7 +222,7 @@ impl BackendTask for Tiny {
                     a.mean_logprob_diff
                 );
                 assert!(
-                    a.max_logprob_diff <= MAX_LOGPROB_TOL,
+                    a.max_logprob_diff <= self.max_logprob_tol,
                     "{} ({name}) {:?}: a top-10 log-probability off by {}",
                     self.model,
                     r.prompt,
@@ -228,9 +234,17 @@ impl BackendTask for Tiny {
 }
 
 fn check(model: &'static str) {
+    check_with(model, MAX_LOGPROB_TOL)
+}
+
+fn check_with(model: &'static str, max_logprob_tol: f32) {
     for kind in test_backends() {
         eprintln!("{model} on {kind}");
-        cinder::backends::dispatch(kind, Tiny { model }).expect("backend");
+        let task = Tiny {
+            model,
+            max_logprob_tol,
+        };
+        cinder::backends::dispatch(kind, task).expect("backend");
     }
 }
 
@@ -247,4 +261,9 @@ fn qwen3_matches_llama_cpp() {
 #[test]
 fn phi3_fused_projections_and_longrope_match_llama_cpp() {
     check("phi3-tiny");
+}
+
+#[test]
+fn qwen3_moe_matches_llama_cpp() {
+    check_with("qwen3moe-tiny", MAX_LOGPROB_TOL_MOE);
 }

@@ -264,6 +264,7 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path, rope_scaling: Option<serde_json::
             "attn_v.weight" => "self_attn.v_proj.weight",
             "attn_output.weight" => "self_attn.o_proj.weight",
             "attn_qkv.weight" => "self_attn.qkv_proj.weight",
+            "ffn_gate_inp.weight" => "mlp.gate.weight",
             "attn_q_norm.weight" => "self_attn.q_norm.weight",
             "attn_k_norm.weight" => "self_attn.k_norm.weight",
             "ffn_norm.weight" => "post_attention_layernorm.weight",
@@ -287,8 +288,21 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path, rope_scaling: Option<serde_json::
         } else if permute && info.name.contains(".attn_k.") {
             v = unpermute(&v, kv_heads, hd, row_len);
         }
-        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
         let shard = usize::from(info.name.starts_with("blk.") && info.name.len() % 2 == 0);
+        // A 3-D expert tensor `[n_experts, out, in]`: one HF tensor per expert.
+        if let (Some(base), [n_exp, out, inp]) =
+            (info.name.strip_suffix("_exps.weight"), shape.as_slice())
+        {
+            let (rest, proj) = base.rsplit_once(".ffn_").expect("expert tensor name");
+            let layer = rest.strip_prefix("blk.").expect("block");
+            for (e, w) in v.chunks_exact(out * inp).enumerate().take(*n_exp) {
+                let name = format!("model.layers.{layer}.mlp.experts.{e}.{proj}_proj.weight");
+                let bytes = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+                shards[shard].push((name, vec![*out, *inp], bytes));
+            }
+            continue;
+        }
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
         shards[shard].push((rename(&info.name), shape, bytes));
     }
     let mut weight_map = serde_json::Map::new();
@@ -315,6 +329,7 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path, rope_scaling: Option<serde_json::
     let hf_arch = match arch.as_str() {
         "llama" => "LlamaForCausalLM",
         "qwen3" => "Qwen3ForCausalLM",
+        "qwen3moe" => "Qwen3MoeForCausalLM",
         "phi3" => "Phi3ForCausalLM",
         other => panic!("no HF writer for {other}"),
     };
@@ -338,6 +353,12 @@ fn write_hf_from_gguf(gguf: &Path, dir: &Path, rope_scaling: Option<serde_json::
     let rope_dim = opt_u("rope.dimension_count").unwrap_or(hd);
     if rope_dim != hd {
         config["partial_rotary_factor"] = json!(rope_dim as f64 / hd as f64);
+    }
+    if let Some(n) = opt_u("expert_count") {
+        config["num_experts"] = json!(n);
+        config["num_experts_per_tok"] = json!(u("expert_used_count"));
+        config["moe_intermediate_size"] = json!(u("expert_feed_forward_length"));
+        config["norm_topk_prob"] = json!(true);
     }
     if let Some(long) = f.tensor("rope_factors_long.weight") {
         let short = f
@@ -471,13 +492,14 @@ fn hf_safetensors_checkpoints_match_the_gguf() {
     });
 }
 
-/// The tiny Llama 3, Qwen3 and Phi-3 files (`tests/data/tiny`) as HF checkpoints: Qwen3's Q/K norms
-/// and Phi-3's fused projections map through the name table, Phi-3's LongRoPE config picks the same
+/// The tiny Llama 3, Qwen3, Phi-3 and Qwen3-MoE files (`tests/data/tiny`) as HF checkpoints: Qwen3's
+/// Q/K norms, Phi-3's fused projections and Qwen3-MoE's router and per-expert tensors map through the
+/// name table, Phi-3's LongRoPE config picks the same
 /// factors and attention factor as its GGUF, and Llama 3's `rope_scaling` (type `llama3`, the parameters
 /// `benches/reference/tiny_models.py` computed its `rope_freqs` from) gives the same frequency
 /// factors: logits equal bit for bit to the F32 GGUF of the same weights.
 #[test]
-fn hf_llama3_qwen3_and_phi3_checkpoints_match_their_gguf() {
+fn hf_checkpoints_of_each_architecture_match_their_gguf() {
     struct Same(PathBuf, PathBuf);
     impl BackendTask for Same {
         type Output = ();
@@ -502,6 +524,7 @@ fn hf_llama3_qwen3_and_phi3_checkpoints_match_their_gguf() {
         ("llama3-tiny", Some(llama3_scaling)),
         ("qwen3-tiny", None),
         ("phi3-tiny", None),
+        ("qwen3moe-tiny", None),
     ] {
         let f32_gguf = tmp.path().join(format!("{name}-f32.gguf"));
         write_f32_gguf(&tiny.join(format!("{name}.gguf")), &f32_gguf);

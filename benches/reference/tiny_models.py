@@ -112,11 +112,12 @@ def encode(x, qtype):
     else:
         data = gguf.quants.quantize(x.astype(np.float32), qtype)
     data = np.asarray(data, dtype=np.uint8)
+    rows = int(np.prod(x.shape[:-1]))
     # Round trip through gguf-py's own dequantizer: the packing above must decode to the weights.
-    back = gguf.quants.dequantize(data.reshape(x.shape[0], -1), qtype)
-    err = np.abs(back - x).max() / (np.abs(x).max() + 1e-9)
+    back = gguf.quants.dequantize(data.reshape(rows, -1), qtype)
+    err = np.abs(back - x.reshape(rows, -1)).max() / (np.abs(x).max() + 1e-9)
     assert err < 0.2, f"{qtype.name} round trip error {err}"
-    return data.reshape(x.shape[0], -1), qtype
+    return data.reshape(*x.shape[:-1], -1), qtype
 
 
 def copy_tokenizer(src, w):
@@ -188,6 +189,16 @@ MODELS = {
                    ffn_down=T.Q4_K),
         seed=3,
     ),
+    "qwen3moe-tiny": dict(
+        arch="qwen3moe",
+        # Qwen3-MoE: Qwen3's attention, every MLP a mixture of 4 experts of which 2 run per token
+        d=128, ff=256, heads=4, kv_heads=2, head_dim=64, layers=2, theta=1000000.0,
+        rope_freqs=None, moe=dict(experts=4, used=2),
+        types=dict(token_embd=T.Q4_0, attn_q=T.Q8_0, attn_k=T.Q8_0, attn_v=T.Q5_0,
+                   attn_output=T.Q4_K, ffn_gate_exps=T.Q8_0, ffn_up_exps=T.Q4_0,
+                   ffn_down_exps=T.Q6_K),
+        seed=4,
+    ),
 }
 
 
@@ -213,6 +224,10 @@ def write_model(name, spec, tokenizer_src, out_dir):
     w.add_rope_dimension_count(rope_dim)
     w.add_rope_freq_base(spec["theta"])
     w.add_layer_norm_rms_eps(1e-6)
+    if spec.get("moe"):
+        w.add_expert_count(spec["moe"]["experts"])
+        w.add_expert_used_count(spec["moe"]["used"])
+        w.add_expert_feed_forward_length(ff)
     if arch == "phi3":
         # what the converter writes for a LongRoPE Phi (llama.cpp ignores Phi's sliding window):
         # the context (2048) exceeds the original (256), so the long factors apply
@@ -257,13 +272,21 @@ def write_model(name, spec, tokenizer_src, out_dir):
             add(p + "attn_q.weight", q, types["attn_q"])
             add(p + "attn_k.weight", k, types["attn_k"])
             add(p + "attn_v.weight", v, types["attn_v"])
-        if arch == "qwen3":
+        if arch in ("qwen3", "qwen3moe"):
             add(p + "attn_q_norm.weight", norm(hd, 0.3, 1.5), T.F32)
             add(p + "attn_k_norm.weight", norm(hd, 0.3, 1.5), T.F32)
         # The blocks' outputs scaled up so they, not the token's own embedding, dominate the
         # residual stream: otherwise the tied head mostly predicts the input token again.
         add(p + "attn_output.weight", 4.0 * linear(d, h * hd), types["attn_output"])
         add(p + "ffn_norm.weight", norm(d), T.F32)
+        if spec.get("moe"):
+            n_exp = spec["moe"]["experts"]
+            # the router scaled up so tokens prefer different experts clearly
+            add(p + "ffn_gate_inp.weight", 3.0 * linear(n_exp, d), T.F32)
+            experts = [(linear(ff, d), linear(ff, d), 4.0 * linear(d, ff)) for _ in range(n_exp)]
+            for name, part in (("ffn_gate_exps", 0), ("ffn_up_exps", 1), ("ffn_down_exps", 2)):
+                add(p + name + ".weight", np.stack([e[part] for e in experts]), types[name])
+            continue
         gate, up = linear(ff, d), linear(ff, d)
         if spec.get("fused"):
             # gate rows first, then up rows: llama.cpp's swiglu applies SiLU to the first half
