@@ -9,7 +9,9 @@ use cinder_models::moe::MoeConfig;
 use crate::error::{ImportError, Result};
 
 /// GGUF `general.architecture` values served by [`cinder_models::llama`].
-pub const LLAMA_FAMILY: &[&str] = &["llama", "mistral", "qwen2", "qwen3", "qwen3moe", "phi3"];
+pub const LLAMA_FAMILY: &[&str] = &[
+    "llama", "mistral", "qwen2", "qwen3", "qwen3moe", "olmoe", "phi3",
+];
 
 /// Module path pattern -> GGUF tensor name pattern (`{i}` = block index).
 pub type NameTable = &'static [(&'static str, &'static str)];
@@ -75,9 +77,10 @@ pub fn llama_family_tables(arch: &str) -> &'static [NameTable] {
     match arch {
         "qwen2" => &[DECODER_NAMES],
         "qwen3" => &[DECODER_NAMES, QK_NORM_NAMES],
-        "qwen3moe" => &[DECODER_NAMES, QK_NORM_NAMES, MOE_NAMES],
+        "qwen3moe" | "olmoe" => &[DECODER_NAMES, QK_NORM_NAMES, MOE_NAMES],
         "phi3" => &[DECODER_NAMES, FUSED_QKV_NAMES, LONGROPE_NAMES],
-        _ => &[DECODER_NAMES, ROPE_FREQS_NAMES],
+        // Llama files may be mixtures of experts (Mixtral)
+        _ => &[DECODER_NAMES, ROPE_FREQS_NAMES, MOE_NAMES],
     }
 }
 
@@ -300,22 +303,33 @@ fn factors_tensor(f: &GgufFile, name: &str, rope_dim: usize) -> Result<Vec<f32>>
 }
 
 /// The mixture-of-experts layout (`{arch}.expert_count` and friends), for the architectures whose
-/// blocks are MoE. Qwen3-MoE renormalizes the chosen experts' weights, as llama.cpp's graph does.
+/// blocks are MoE (Qwen3-MoE, OLMoE, and Llama files with experts: Mixtral). As in llama.cpp's
+/// graphs, Qwen3-MoE and Llama renormalize the chosen experts' weights, OLMoE does not.
 fn moe_config(f: &GgufFile, arch: &str) -> Result<Option<MoeConfig>> {
-    if arch != "qwen3moe" {
+    let expert_count = key(arch, "expert_count");
+    let is_moe = match arch {
+        "qwen3moe" | "olmoe" => true,
+        "llama" | "mistral" => opt_usize(f, &expert_count)?.is_some_and(|n| n > 0),
+        _ => false,
+    };
+    if !is_moe {
         return Ok(None);
     }
     let n_experts = get_usize(f, &key(arch, "expert_count"))?;
     let n_experts_used = get_usize(f, &key(arch, "expert_used_count"))?;
+    // llama.cpp: the expert width key, else (Qwen3-MoE) the dense width split over the used
+    // experts, else (Llama, OLMoE) the dense width itself
+    let ff = get_usize(f, &key(arch, "feed_forward_length"));
     let expert_ffn_dim = match opt_usize(f, &key(arch, "expert_feed_forward_length"))? {
         Some(n) => n,
-        None => get_usize(f, &key(arch, "feed_forward_length"))? / n_experts_used.max(1),
+        None if arch == "qwen3moe" => ff? / n_experts_used.max(1),
+        None => ff?,
     };
     Ok(Some(MoeConfig {
         n_experts,
         n_experts_used,
         expert_ffn_dim,
-        normalize_weights: true,
+        normalize_weights: arch != "olmoe",
     }))
 }
 
@@ -346,7 +360,7 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     // llama.cpp: LLAMA_ROPE_TYPE_NORM for llama/mistral (the converter permuted Q/K), NEOX for
     // qwen2, qwen3 and phi3.
     let rope_layout = match arch {
-        "qwen2" | "qwen3" | "qwen3moe" | "phi3" => RopeLayout::Neox,
+        "qwen2" | "qwen3" | "qwen3moe" | "olmoe" | "phi3" => RopeLayout::Neox,
         _ => RopeLayout::Interleaved,
     };
     let cfg = LlamaConfig::new(
@@ -368,7 +382,11 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     .with_tie_embeddings(f.tensor("output.weight").is_none())
     .with_rope_freq_factors(rope_freq_factors(f, arch, rope_dim, context_length)?)
     .with_rope_attn_factor(rope_attn_factor(f, arch)?)
-    .with_qk_norm(matches!(arch, "qwen3" | "qwen3moe").then_some(QkNorm::RmsPerHead))
+    .with_qk_norm(match arch {
+        "qwen3" | "qwen3moe" => Some(QkNorm::RmsPerHead),
+        "olmoe" => Some(QkNorm::RmsFull),
+        _ => None,
+    })
     .with_moe(moe_config(f, arch)?);
     cfg.validate()?;
     Ok(cfg)

@@ -5,7 +5,7 @@
 //! blocks with RMSNorm, rotary embeddings, grouped-query attention and a SwiGLU MLP. The members differ
 //! only in switches of [`LlamaConfig`]: Q/K/V biases (Qwen2), a per-head RMSNorm of Q and K before
 //! RoPE (Qwen3), per-pair RoPE frequency factors (Llama 3's `rope_freqs`, LongRoPE), a sliding window
-//! (Mistral), a mixture of experts in place of the MLP (Qwen3-MoE, [`crate::moe`]).
+//! (Mistral), a mixture of experts in place of the MLP (Qwen3-MoE, OLMoE, Mixtral; [`crate::moe`]).
 
 use std::ops::Range;
 
@@ -109,6 +109,9 @@ pub enum QkNorm {
     /// an RMSNorm over each head's `head_dim` values, one weight vector for all Q heads and one for
     /// all K heads (Qwen3, llama.cpp's `attn_q_norm` / `attn_k_norm`)
     RmsPerHead,
+    /// an RMSNorm over the whole Q projection (`heads × head_dim`) and the whole K projection
+    /// (`kv_heads × head_dim`) before they are split into heads (OLMoE)
+    RmsFull,
 }
 
 impl LlamaConfig {
@@ -271,13 +274,17 @@ impl<B: InferenceBackend> LlamaBlocks<B> {
         let mut blocks = Vec::with_capacity(layers.len());
         for i in layers.clone() {
             let p = |s: &str| format!("layers.{i}.{s}");
-            let qk_norm = if c.qk_norm == Some(QkNorm::RmsPerHead) {
-                Some((
-                    RmsNorm::new(src.vector(&p("attn.q_norm"), hd)?, c.rms_eps),
-                    RmsNorm::new(src.vector(&p("attn.k_norm"), hd)?, c.rms_eps),
-                ))
-            } else {
-                None
+            // per head: [hd] weights; full width: [h·hd] and [kvh·hd]
+            let (q_len, k_len) = match c.qk_norm {
+                Some(QkNorm::RmsFull) => (c.n_heads * hd, c.n_kv_heads * hd),
+                _ => (hd, hd),
+            };
+            let qk_norm = match c.qk_norm {
+                Some(_) => Some((
+                    RmsNorm::new(src.vector(&p("attn.q_norm"), q_len)?, c.rms_eps),
+                    RmsNorm::new(src.vector(&p("attn.k_norm"), k_len)?, c.rms_eps),
+                )),
+                None => None,
             };
             let ffn = match &c.moe {
                 Some(moe) => Ffn::Moe(MoeFfn::load(moe, src, &p("moe"), d)?),
@@ -337,10 +344,15 @@ impl<B: InferenceBackend> Blocks<B> for LlamaBlocks<B> {
             let (xs, n) = blk.attn_norm.forward_add(x, pending.take());
             // q [b, h, t, hd]; k, v [b, kvh, t, hd]
             let [q, k, v] = project(n, [&blk.wq, &blk.wk, &blk.wv]);
-            let (q, k) = (heads(q, h, hd), heads(k, kvh, hd));
-            let (q, k) = match &blk.qk_norm {
-                Some((qn, kn)) => rope.apply_pair_normed(q, k, qn, kn),
-                None => rope.apply_pair(q, k),
+            let (q, k) = match (&blk.qk_norm, c.qk_norm) {
+                (Some((qn, kn)), Some(QkNorm::RmsFull)) => {
+                    let (q, k) = (qn.forward(q), kn.forward(k));
+                    rope.apply_pair(heads(q, h, hd), heads(k, kvh, hd))
+                }
+                (Some((qn, kn)), _) => {
+                    rope.apply_pair_normed(heads(q, h, hd), heads(k, kvh, hd), qn, kn)
+                }
+                (None, _) => rope.apply_pair(heads(q, h, hd), heads(k, kvh, hd)),
             };
             let (q, k) = (q.swap_dims(1, 2), k.swap_dims(1, 2));
             let v = split_heads(v, kvh, hd);
@@ -430,7 +442,9 @@ impl<B: InferenceBackend> CausalLm<B> for Llama<B> {
 impl<B: InferenceBackend> LanguageModel<B> for Llama<B> {
     fn arch(&self) -> &'static str {
         match (&self.config().moe, &self.config().qk_norm) {
-            (Some(_), _) => "qwen3moe",
+            (Some(_), Some(QkNorm::RmsFull)) => "olmoe",
+            (Some(_), Some(QkNorm::RmsPerHead)) => "qwen3moe",
+            (Some(_), None) => "llama-moe",
             (None, Some(_)) => "qwen3",
             _ => "llama",
         }
