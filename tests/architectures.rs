@@ -44,8 +44,13 @@ const MAX_LOGPROB_TOL: f32 = 1.0;
 /// The same for a mixture of experts, whose routing is discrete: where two experts score almost
 /// alike for a token, a rounding difference picks the other one and that position's distribution
 /// jumps (measured up to 1.44 at one position, a different position on each attention cache — the
-/// caches differ only in f16 rounding — while every prompt's mean stays within 0.05–0.08).
+/// caches differ only in f16 rounding — while every prompt's mean stays within 0.05–0.08). With 4
+/// random routers such near-ties are common: margins between the 2nd and 3rd expert's probability
+/// down to 0.0002 were measured on `mixtral-tiny`.
 const MAX_LOGPROB_TOL_MOE: f32 = 2.5;
+/// Positions per prompt where a mixture of experts may pick another argmax than llama.cpp (a routing
+/// near-tie; the greedy tests allow the same one miss per prompt for their noise).
+const ARGMAX_MISSES_MOE: usize = 1;
 
 /// One line of a `*.logits.jsonl` file.
 #[derive(Debug, Deserialize)]
@@ -163,6 +168,7 @@ fn teacher_forced<B: InferenceBackend>(
 struct Tiny {
     model: &'static str,
     max_logprob_tol: f32,
+    allowed_misses: usize,
 }
 
 impl BackendTask for Tiny {
@@ -201,7 +207,7 @@ impl BackendTask for Tiny {
                     a.max_logprob_diff
                 );
                 assert!(
-                    a.argmax_misses.is_empty(),
+                    a.argmax_misses.len() <= self.allowed_misses,
                     "{} ({name}) {:?}: {:?}",
                     self.model,
                     r.prompt,
@@ -234,15 +240,20 @@ impl BackendTask for Tiny {
 }
 
 fn check(model: &'static str) {
-    check_with(model, MAX_LOGPROB_TOL)
+    check_with(model, MAX_LOGPROB_TOL, 0)
 }
 
-fn check_with(model: &'static str, max_logprob_tol: f32) {
+fn check_moe(model: &'static str) {
+    check_with(model, MAX_LOGPROB_TOL_MOE, ARGMAX_MISSES_MOE)
+}
+
+fn check_with(model: &'static str, max_logprob_tol: f32, allowed_misses: usize) {
     for kind in test_backends() {
         eprintln!("{model} on {kind}");
         let task = Tiny {
             model,
             max_logprob_tol,
+            allowed_misses,
         };
         cinder::backends::dispatch(kind, task).expect("backend");
     }
@@ -265,5 +276,15 @@ fn phi3_fused_projections_and_longrope_match_llama_cpp() {
 
 #[test]
 fn qwen3_moe_matches_llama_cpp() {
-    check_with("qwen3moe-tiny", MAX_LOGPROB_TOL_MOE);
+    check_moe("qwen3moe-tiny");
+}
+
+#[test]
+fn olmoe_matches_llama_cpp() {
+    check_moe("olmoe-tiny");
+}
+
+#[test]
+fn mixtral_style_llama_moe_matches_llama_cpp() {
+    check_moe("mixtral-tiny");
 }

@@ -199,6 +199,27 @@ MODELS = {
                    ffn_down_exps=T.Q6_K),
         seed=4,
     ),
+    "olmoe-tiny": dict(
+        arch="olmoe",
+        # OLMoE: Q and K normed over their whole width, experts' weights not renormalized, an
+        # untied output head
+        d=128, ff=256, heads=4, kv_heads=4, head_dim=32, layers=2, theta=10000.0,
+        rope_freqs=None, moe=dict(experts=4, used=2, width_key=False),
+        types=dict(token_embd=T.Q4_0, output=T.Q4_0, attn_q=T.Q8_0, attn_k=T.Q5_1,
+                   attn_v=T.Q8_0, attn_output=T.Q4_1, ffn_gate_exps=T.Q5_0,
+                   ffn_up_exps=T.Q8_0, ffn_down_exps=T.Q4_K),
+        seed=5,
+    ),
+    "mixtral-tiny": dict(
+        arch="llama",
+        # Mixtral: a Llama file whose MLPs are mixtures of experts (interleaved RoPE)
+        d=128, ff=256, heads=4, kv_heads=2, head_dim=32, layers=2, theta=1000000.0,
+        rope_freqs=None, moe=dict(experts=4, used=2, width_key=False),
+        types=dict(token_embd=T.Q4_0, attn_q=T.Q4_1, attn_k=T.Q8_0, attn_v=T.Q8_0,
+                   attn_output=T.Q5_0, ffn_gate_exps=T.Q4_0, ffn_up_exps=T.Q5_1,
+                   ffn_down_exps=T.Q6_K),
+        seed=6,
+    ),
 }
 
 
@@ -227,7 +248,8 @@ def write_model(name, spec, tokenizer_src, out_dir):
     if spec.get("moe"):
         w.add_expert_count(spec["moe"]["experts"])
         w.add_expert_used_count(spec["moe"]["used"])
-        w.add_expert_feed_forward_length(ff)
+        if spec["moe"].get("width_key", True):
+            w.add_expert_feed_forward_length(ff)
     if arch == "phi3":
         # what the converter writes for a LongRoPE Phi (llama.cpp ignores Phi's sliding window):
         # the context (2048) exceeds the original (256), so the long factors apply
@@ -275,6 +297,9 @@ def write_model(name, spec, tokenizer_src, out_dir):
         if arch in ("qwen3", "qwen3moe"):
             add(p + "attn_q_norm.weight", norm(hd, 0.3, 1.5), T.F32)
             add(p + "attn_k_norm.weight", norm(hd, 0.3, 1.5), T.F32)
+        elif arch == "olmoe":
+            add(p + "attn_q_norm.weight", norm(h * hd, 0.3, 1.5), T.F32)
+            add(p + "attn_k_norm.weight", norm(kvh * hd, 0.3, 1.5), T.F32)
         # The blocks' outputs scaled up so they, not the token's own embedding, dominate the
         # residual stream: otherwise the tied head mostly predicts the input token again.
         add(p + "attn_output.weight", 4.0 * linear(d, h * hd), types["attn_output"])
@@ -296,6 +321,8 @@ def write_model(name, spec, tokenizer_src, out_dir):
             add(p + "ffn_up.weight", up, types["ffn_up"])
         add(p + "ffn_down.weight", 4.0 * linear(d, ff), types["ffn_down"])
     add("output_norm.weight", norm(d, 0.05, 0.3), T.F32)
+    if "output" in types:
+        add("output.weight", rng.standard_normal((n_vocab, d)).astype(np.float32), types["output"])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
