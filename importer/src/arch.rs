@@ -27,6 +27,10 @@ const DECODER_NAMES: NameTable = &[
     ("layers.{i}.attn.wv", "blk.{i}.attn_v"),
     ("layers.{i}.attn.wo", "blk.{i}.attn_output"),
     ("layers.{i}.ffn_norm", "blk.{i}.ffn_norm"),
+];
+
+/// A dense SwiGLU MLP (every decoder but the mixtures of experts).
+const MLP_NAMES: NameTable = &[
     ("layers.{i}.mlp.gate", "blk.{i}.ffn_gate"),
     ("layers.{i}.mlp.up", "blk.{i}.ffn_up"),
     ("layers.{i}.mlp.down", "blk.{i}.ffn_down"),
@@ -69,23 +73,31 @@ const MOE_NAMES: NameTable = &[
 ];
 
 /// Name tables the Llama family's weights load through (every member's tensors).
-pub const LLAMA_GGUF_NAMES: &[NameTable] = &[DECODER_NAMES, QK_NORM_NAMES, MOE_NAMES];
+pub const LLAMA_GGUF_NAMES: &[NameTable] = &[DECODER_NAMES, MLP_NAMES, QK_NORM_NAMES, MOE_NAMES];
 
 /// The tensors a file of one Llama-family architecture may hold: what llama.cpp's graph for that
-/// architecture reads, so a file is never run without a tensor its own engine would apply.
-pub fn llama_family_tables(arch: &str) -> &'static [NameTable] {
-    match arch {
-        "qwen2" => &[DECODER_NAMES],
-        "qwen3" => &[DECODER_NAMES, QK_NORM_NAMES],
+/// architecture reads, so a file is never run without a tensor its own engine would apply. A Llama
+/// file is a mixture of experts (Mixtral) when it says so (`llama.expert_count`); then it may hold
+/// experts and no dense MLP, otherwise the reverse.
+pub fn llama_family_tables(f: &GgufFile, arch: &str) -> Result<&'static [NameTable]> {
+    let with_experts = opt_usize(f, &key(arch, "expert_count"))?.is_some_and(|n| n > 0);
+    Ok(match arch {
+        "qwen2" => &[DECODER_NAMES, MLP_NAMES],
+        "qwen3" => &[DECODER_NAMES, MLP_NAMES, QK_NORM_NAMES],
         "qwen3moe" | "olmoe" => &[DECODER_NAMES, QK_NORM_NAMES, MOE_NAMES],
-        "phi3" => &[DECODER_NAMES, FUSED_QKV_NAMES, LONGROPE_NAMES],
-        // Llama files may be mixtures of experts (Mixtral)
-        _ => &[DECODER_NAMES, ROPE_FREQS_NAMES, MOE_NAMES],
-    }
+        "phi3" => &[DECODER_NAMES, MLP_NAMES, FUSED_QKV_NAMES, LONGROPE_NAMES],
+        _ if with_experts => &[DECODER_NAMES, ROPE_FREQS_NAMES, MOE_NAMES],
+        _ => &[DECODER_NAMES, MLP_NAMES, ROPE_FREQS_NAMES],
+    })
 }
 
 /// Name tables of Gemma 3.
-pub const GEMMA3_GGUF_NAMES: &[NameTable] = &[DECODER_NAMES, QK_NORM_NAMES, GEMMA3_POST_NORM_NAMES];
+pub const GEMMA3_GGUF_NAMES: &[NameTable] = &[
+    DECODER_NAMES,
+    MLP_NAMES,
+    QK_NORM_NAMES,
+    GEMMA3_POST_NORM_NAMES,
+];
 
 /// Maps a module path (`layers.3.attn.wq`) to its GGUF base name (`blk.3.attn_q`) through `tables`.
 pub fn map_name(tables: &[NameTable], path: &str) -> Option<String> {

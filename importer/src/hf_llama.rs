@@ -1,5 +1,6 @@
 //! Llama-family Hugging Face checkpoints (`LlamaForCausalLM`, `MistralForCausalLM`,
-//! `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `Qwen3MoeForCausalLM`, `Phi3ForCausalLM`): `config.json` mapped to [`LlamaConfig`], tensors renamed
+//! `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `Qwen3MoeForCausalLM`, `OlmoeForCausalLM`,
+//! `MixtralForCausalLM`, `Phi3ForCausalLM`): `config.json` mapped to [`LlamaConfig`], tensors renamed
 //! to GGUF names by a declarative table and put in GGUF layout, so the rest of Cinder sees what
 //! llama.cpp's converter would have written. Llama 3's `rope_scaling` (type `llama3`) becomes the
 //! per-pair frequency factors the converter would store as `rope_freqs`.
@@ -74,6 +75,23 @@ const HF_LLAMA_NAMES: &[(&str, &str)] = &[
         "model.layers.{i}.mlp.gate.weight",
         "blk.{i}.ffn_gate_inp.weight",
     ),
+    // Mixtral: the same under `block_sparse_moe`, the projections named w1 (gate), w3 (up), w2 (down)
+    (
+        "model.layers.{i}.block_sparse_moe.gate.weight",
+        "blk.{i}.ffn_gate_inp.weight",
+    ),
+    (
+        "model.layers.{i}.block_sparse_moe.experts.{e}.w1.weight",
+        "blk.{i}.ffn_gate_exps.{e}.weight",
+    ),
+    (
+        "model.layers.{i}.block_sparse_moe.experts.{e}.w3.weight",
+        "blk.{i}.ffn_up_exps.{e}.weight",
+    ),
+    (
+        "model.layers.{i}.block_sparse_moe.experts.{e}.w2.weight",
+        "blk.{i}.ffn_down_exps.{e}.weight",
+    ),
     (
         "model.layers.{i}.mlp.experts.{e}.gate_proj.weight",
         "blk.{i}.ffn_gate_exps.{e}.weight",
@@ -122,13 +140,26 @@ const HF_ARCHITECTURES: &[(&str, &str)] = &[
     ("Qwen2ForCausalLM", "qwen2"),
     ("Qwen3ForCausalLM", "qwen3"),
     ("Qwen3MoeForCausalLM", "qwen3moe"),
+    ("OlmoeForCausalLM", "olmoe"),
+    ("MixtralForCausalLM", "llama"),
     ("Phi3ForCausalLM", "phi3"),
 ];
 
-/// Qwen3-MoE's experts (`num_experts`, `num_experts_per_tok`, `moe_intermediate_size`,
-/// `norm_topk_prob`). Checkpoints that keep some layers dense (`decoder_sparse_step` above 1 or
-/// `mlp_only_layers`) are refused: every block here is MoE, as in llama.cpp's graph.
-fn hf_moe(cfg: &Value, path: &Path) -> Result<MoeConfig> {
+/// The experts of a mixture-of-experts checkpoint, `None` for a dense one: Qwen3-MoE
+/// (`num_experts`, `moe_intermediate_size`, `norm_topk_prob`, default on), OLMoE (`num_experts`,
+/// `intermediate_size`, `norm_topk_prob`, default off) and Mixtral (`num_local_experts`,
+/// `intermediate_size`, always renormalized); `num_experts_per_tok` for all. Checkpoints that keep
+/// some layers dense (`decoder_sparse_step` above 1 or `mlp_only_layers`) are refused: every block
+/// here is MoE, as in llama.cpp's graphs.
+fn hf_moe(cfg: &Value, path: &Path, arch: &str) -> Result<Option<MoeConfig>> {
+    let (count_key, width_key, normalize_default) = match arch {
+        "qwen3moe" => ("num_experts", "moe_intermediate_size", true),
+        "olmoe" => ("num_experts", "intermediate_size", false),
+        _ if cfg.get("num_local_experts").is_some_and(|v| !v.is_null()) => {
+            ("num_local_experts", "intermediate_size", true)
+        }
+        _ => return Ok(None),
+    };
     let need = |key: &str| -> Result<usize> {
         usize_key(cfg, path, key)?.ok_or_else(|| bad(path, format!("{key} is missing")))
     };
@@ -143,15 +174,15 @@ fn hf_moe(cfg: &Value, path: &Path) -> Result<MoeConfig> {
             "layers without experts (decoder_sparse_step, mlp_only_layers) are not supported",
         ));
     }
-    Ok(MoeConfig {
-        n_experts: need("num_experts")?,
+    Ok(Some(MoeConfig {
+        n_experts: need(count_key)?,
         n_experts_used: need("num_experts_per_tok")?,
-        expert_ffn_dim: need("moe_intermediate_size")?,
+        expert_ffn_dim: need(width_key)?,
         normalize_weights: cfg
             .get("norm_topk_prob")
             .and_then(Value::as_bool)
-            .unwrap_or(true),
-    })
+            .unwrap_or(normalize_default),
+    }))
 }
 
 /// LongRoPE (Phi-3.5, Phi-4-mini) as llama.cpp's converter and graph apply it: the long factors
@@ -343,7 +374,7 @@ fn read_config(
         (Some(a), _) => {
             return Err(ImportError::UnsupportedArch(
                 a.to_string(),
-                "llama, mistral, qwen2, qwen3, qwen3moe, phi3 (SafeTensors)".into(),
+                "llama, mistral, qwen2, qwen3, qwen3moe, olmoe, phi3 (SafeTensors)".into(),
             ));
         }
         (None, Some(c)) => c,
@@ -420,20 +451,22 @@ fn read_config(
     )
     .with_rms_eps(f64_key(&cfg, &path, "rms_norm_eps")?.unwrap_or(1e-5))
     .with_rope_theta(rope_theta)
-    .with_rope_layout(if matches!(arch, "qwen2" | "qwen3" | "qwen3moe" | "phi3") {
-        RopeLayout::Neox
-    } else {
-        RopeLayout::Interleaved
-    })
+    .with_rope_layout(
+        if matches!(arch, "qwen2" | "qwen3" | "qwen3moe" | "olmoe" | "phi3") {
+            RopeLayout::Neox
+        } else {
+            RopeLayout::Interleaved
+        },
+    )
     .with_rope_linear_scale(rope_linear_scale)
     .with_rope_freq_factors(rope_freq_factors)
     .with_rope_attn_factor(rope_attn_factor)
-    .with_qk_norm(matches!(arch, "qwen3" | "qwen3moe").then_some(QkNorm::RmsPerHead))
-    .with_moe(if arch == "qwen3moe" {
-        Some(hf_moe(&cfg, &path)?)
-    } else {
-        None
+    .with_qk_norm(match arch {
+        "qwen3" | "qwen3moe" => Some(QkNorm::RmsPerHead),
+        "olmoe" => Some(QkNorm::RmsFull),
+        _ => None,
     })
+    .with_moe(hf_moe(&cfg, &path, arch)?)
     .with_context_length(usize_key(&cfg, &path, "max_position_embeddings")?.unwrap_or(4096))
     .with_sliding_window(if arch == "mistral" {
         usize_key(&cfg, &path, "sliding_window")?
@@ -507,7 +540,10 @@ pub fn permute_rope_rows(data: &[u8], heads: usize, hd: usize, row_bytes: usize)
 pub fn read(dir: &Path, arch_override: Option<&str>) -> Result<HfCheckpoint> {
     let (arch, mut config, name) = read_config(dir, arch_override)?;
     let (files, index) = weight_files(dir)?;
-    let permute = !matches!(arch.as_str(), "qwen2" | "qwen3" | "qwen3moe" | "phi3");
+    let permute = !matches!(
+        arch.as_str(),
+        "qwen2" | "qwen3" | "qwen3moe" | "olmoe" | "phi3"
+    );
     let mut tensors: BTreeMap<String, StoredTensor> = BTreeMap::new();
     for file in &files {
         let bytes = SharedBytes::map_file(file).map_err(|source| ImportError::Io {
@@ -594,7 +630,7 @@ pub fn read(dir: &Path, arch_override: Option<&str>) -> Result<HfCheckpoint> {
     // The embedding's rows are the vocabulary (configs sometimes round vocab_size differently).
     config.vocab_size = embd.dims[1] as usize;
     config.qkv_bias = tensors.contains_key("blk.0.attn_q.bias");
-    // QK-norm weights belong to Qwen3 alone; another architecture's graph would not apply them.
+    // QK-norm weights belong to Qwen3 and OLMoE; another architecture's graph would not apply them.
     if config.qk_norm.is_none()
         && let Some(name) = tensors
             .keys()
@@ -603,6 +639,15 @@ pub fn read(dir: &Path, arch_override: Option<&str>) -> Result<HfCheckpoint> {
         return Err(bad(
             dir,
             format!("tensor {name} (a Q/K norm) is not part of a {arch} model"),
+        ));
+    }
+    // Experts without a config that says how to route them would be ignored: refused instead.
+    if config.moe.is_none()
+        && let Some(name) = tensors.keys().find(|n| n.contains(".ffn_gate_inp."))
+    {
+        return Err(bad(
+            dir,
+            format!("tensor {name} (an expert router) but config.json names no experts"),
         ));
     }
     config.tie_embeddings = !tensors.contains_key("output.weight");

@@ -108,7 +108,8 @@ impl ArchConfig {
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let arch_name = file.architecture()?;
         if LLAMA_FAMILY.contains(&arch_name) {
-            arch::check_tensor_names(file, arch_name, arch::llama_family_tables(arch_name))?;
+            let tables = arch::llama_family_tables(file, arch_name)?;
+            arch::check_tensor_names(file, arch_name, tables)?;
             Ok(Self::Llama(arch::llama_config(file)?))
         } else if arch_name == "gemma3" {
             arch::check_tensor_names(file, arch_name, arch::GEMMA3_GGUF_NAMES)?;

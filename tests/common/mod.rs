@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+pub mod hf;
 pub mod server;
 
 use cinder::backends::{self, BackendKind};
