@@ -105,15 +105,17 @@ impl<B: InferenceBackend> MoeFfn<B> {
         let n = b * t;
         let device = x.device();
         let flat: Tensor<B, 2> = x.reshape([n, d]);
-        // Router logits to the host: [n, n_experts].
-        let logits: Vec<f32> = self
-            .router
-            .forward(flat.clone())
-            .into_data()
-            .convert::<f32>()
-            .into_vec()
-            .unwrap_or_default();
-        let routes = route(&logits, self.experts.len(), self.n_used, self.normalize);
+        // Router logits to the host: [n, n_experts] (one host sync per MoE layer, counted with the
+        // step's others). A failed read routes nothing: the layer then adds zero.
+        let n_experts = self.experts.len();
+        let logits = cinder_runtime::model::logits_to_vec(
+            self.router.forward(flat.clone()).reshape([1, n, n_experts]),
+        )
+        .unwrap_or_else(|e| {
+            tracing::error!(error = %e, "reading the expert router's logits failed");
+            Vec::new()
+        });
+        let routes = route(&logits, n_experts, self.n_used, self.normalize);
         let mut out = Tensor::<B, 2>::zeros([n, d], &device);
         for (e, expert) in self.experts.iter().enumerate() {
             let picked: Vec<(usize, f32)> = routes
