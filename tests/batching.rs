@@ -65,7 +65,7 @@ struct BatchedEqualsAlone {
 impl BackendTask for BatchedEqualsAlone {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
-        let m = cinder::importer::load_model::<B>(&model_path(self.model), &device).expect("load");
+        let m = cinder::importer::load_model::<B>(&model_file(self.model), &device).expect("load");
         let encoded: Vec<Vec<u32>> = prompts(self.reference)
             .iter()
             .map(|p| m.tokenizer.encode(p, true).expect("encode"))
@@ -138,6 +138,21 @@ fn gemma3_batched_chunked_and_preempted_equal_alone() {
         BatchedEqualsAlone {
             model: "gemma3-270m",
             reference: "gemma-3-270m-q4_k_m.greedy.jsonl",
+        },
+    )
+    .expect("backend");
+}
+
+/// A mixture of experts routes each token on its own and groups a step's tokens by expert, so a
+/// sequence's tokens must not depend on what else shares its steps (the tiny Qwen3-MoE file has the
+/// SmolLM2 tokenizer, so SmolLM2's prompts serve).
+#[test]
+fn moe_batched_chunked_and_preempted_equal_alone() {
+    dispatch(
+        primary_backend(),
+        BatchedEqualsAlone {
+            model: "qwen3moe-tiny",
+            reference: "smollm2-135m-q4_1.greedy.jsonl",
         },
     )
     .expect("backend");

@@ -51,6 +51,19 @@ pub fn model_path(name: &str) -> PathBuf {
     }
 }
 
+/// A model file by name: a tiny architecture file of `tests/data/tiny` (`qwen3moe-tiny`, …), or
+/// else a catalog model ([`model_path`]).
+pub fn model_file(name: &str) -> PathBuf {
+    let tiny = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/tiny")
+        .join(format!("{name}.gguf"));
+    if tiny.is_file() {
+        tiny
+    } else {
+        model_path(name)
+    }
+}
+
 /// Backends the tests run on: `CINDER_TEST_BACKENDS=flex,ndarray` or every compiled one.
 pub fn test_backends() -> Vec<BackendKind> {
     match std::env::var("CINDER_TEST_BACKENDS") {
