@@ -18,7 +18,7 @@ pub mod hf_llama;
 mod load;
 pub mod record;
 
-pub use embedding::load_embedder;
+pub use embedding::{load_embedder, load_text_embedder};
 pub use error::{ImportError, Result};
 pub use gguf_weights::{GgufWeights, StoredTensor, TableWeights, TensorStore};
 pub use load::{ArchConfig, LoadedModel, ModelInfo, Offload, load_model, load_model_offloaded};

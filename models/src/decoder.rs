@@ -45,6 +45,17 @@ pub trait LanguageModel<B: InferenceBackend>: CausalLm<B> + fmt::Debug + Send + 
     fn placement(&self) -> Option<String> {
         None
     }
+
+    /// The final hidden states `[b, t, d_model]`, after the last norm and without the vocabulary
+    /// projection (what decoder embedding models pool), advancing the cache past the tokens;
+    /// `None` for a model that cannot give them (one split between two backends).
+    fn hidden_states(
+        &self,
+        _tokens: Tensor<B, 2, Int>,
+        _cache: &mut dyn AttentionCache<B>,
+    ) -> Option<Tensor<B, 3>> {
+        None
+    }
 }
 
 /// A decoder-only model whose stages can be run one at a time.
@@ -94,6 +105,15 @@ impl<B: InferenceBackend> AnyModel<B> {
     /// Where the layers run, when they are split between two backends.
     pub fn placement(&self) -> Option<String> {
         self.0.placement()
+    }
+
+    /// The final hidden states ([`LanguageModel::hidden_states`]).
+    pub fn hidden_states(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        cache: &mut dyn AttentionCache<B>,
+    ) -> Option<Tensor<B, 3>> {
+        self.0.hidden_states(tokens, cache)
     }
 }
 

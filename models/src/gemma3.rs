@@ -347,6 +347,17 @@ impl<B: InferenceBackend> LanguageModel<B> for Gemma3<B> {
     fn arch(&self) -> &'static str {
         "gemma3"
     }
+
+    fn hidden_states(
+        &self,
+        tokens: Tensor<B, 2, Int>,
+        cache: &mut dyn AttentionCache<B>,
+    ) -> Option<Tensor<B, 3>> {
+        let t = tokens.dims()[1];
+        let x = self.blocks.run(self.embed(tokens), cache);
+        cache.advance(t);
+        Some(self.ends.norm.forward(x))
+    }
 }
 
 impl<B: InferenceBackend> Decoder<B> for Gemma3<B> {

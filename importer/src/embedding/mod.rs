@@ -1,4 +1,5 @@
-//! Sentence-embedding models from HF SafeTensors directories or ONNX exports.
+//! Sentence-embedding models from HF SafeTensors directories or ONNX exports, and GGUF decoder
+//! embedding models ([`load_text_embedder`]).
 //!
 //! A model directory holds `model.safetensors` + `config.json` + `tokenizer.json` (and, from
 //! sentence-transformers, `1_Pooling/config.json` and `sentence_bert_config.json`, read when
@@ -13,6 +14,7 @@ pub mod safetensors;
 use std::path::{Path, PathBuf};
 
 use cinder_models::bert::{Bert, BertConfig};
+use cinder_models::decoder_embed::{DecoderEmbedder, DecoderPooling, Embedder};
 use cinder_models::embed::{Pooling, SentenceEmbedder};
 use cinder_runtime::InferenceBackend;
 
@@ -178,4 +180,55 @@ fn sentence_max_tokens(dir: &Path) -> Result<Option<usize>> {
     Ok(v.get("max_seq_length")
         .and_then(serde_json::Value::as_u64)
         .and_then(|n| usize::try_from(n).ok()))
+}
+
+/// Whether `path` is a GGUF file (by its magic bytes).
+fn is_gguf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    path.is_file()
+        && std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok()
+        && &magic == b"GGUF"
+}
+
+/// Loads any text embedder: a sentence-transformers folder or ONNX export ([`load_embedder`]), or a
+/// GGUF decoder whose `{arch}.pooling_type` makes it an embedding model (Qwen3-Embedding and the
+/// like: [`DecoderEmbedder`]). A GGUF file without a pooling type is a generative model and is
+/// refused, as is a pooling type Cinder does not pool by (none, rank).
+pub fn load_text_embedder<B: InferenceBackend>(
+    name: &str,
+    path: &Path,
+    device: &B::Device,
+) -> Result<Embedder<B>> {
+    if !is_gguf(path) {
+        return Ok(Embedder::Sentence(Box::new(load_embedder(
+            name, path, device,
+        )?)));
+    }
+    let f = cinder_gguf::GgufFile::open(path)?;
+    let arch = f.architecture()?.to_string();
+    let key = format!("{arch}.pooling_type");
+    let code = f.opt_u64(&key)?.ok_or_else(|| {
+        file_err(
+            path,
+            format!("no {key}: a generative model, not an embedding model"),
+        )
+    })?;
+    let pooling = DecoderPooling::from_gguf(code).ok_or_else(|| {
+        ImportError::Unsupported(format!(
+            "{key} = {code}: Cinder pools by mean (1), first token (2) or last token (3)"
+        ))
+    })?;
+    let dim = f.get_u64(&format!("{arch}.embedding_length"))? as usize;
+    drop(f);
+    let m = crate::load_model::<B>(path, device)?;
+    Ok(Embedder::Decoder(DecoderEmbedder::new(
+        name,
+        m.model,
+        m.tokenizer,
+        pooling,
+        dim,
+    )))
 }

@@ -3,7 +3,7 @@
 use std::io::Write;
 
 use anyhow::{Context, Result, bail};
-use cinder::models::embed::SentenceEmbedder;
+use cinder::models::decoder_embed::Embedder;
 use cinder::prelude::*;
 use clap::Args;
 
@@ -11,7 +11,8 @@ use clap::Args;
 #[derive(Args, Debug)]
 pub struct EmbedArgs {
     /// Catalog name (e.g. all-minilm-l6-v2) or a directory holding model.safetensors + config.json +
-    /// tokenizer.json (or an .onnx file with tokenizer.json beside it).
+    /// tokenizer.json (or an .onnx file with tokenizer.json beside it), or a GGUF decoder embedding
+    /// model (one whose metadata sets a pooling type, e.g. Qwen3-Embedding).
     pub model: String,
     /// A text to embed (repeatable; order is kept).
     #[arg(long = "text", conflicts_with = "file")]
@@ -30,14 +31,12 @@ pub struct EmbedArgs {
     pub batch: usize,
 }
 
-/// Resolves MODEL (catalog name or path) and loads it as a sentence embedder on `device`.
-pub fn load_embedder<B: InferenceBackend>(
-    model: &str,
-    device: &B::Device,
-) -> Result<SentenceEmbedder<B>> {
+/// Resolves MODEL (catalog name or path) and loads it as a text embedder on `device`: a sentence
+/// encoder, or a GGUF decoder with a pooling type.
+pub fn load_embedder<B: InferenceBackend>(model: &str, device: &B::Device) -> Result<Embedder<B>> {
     let r =
         cinder::catalog::resolve(model).with_context(|| format!("resolving model {model:?}"))?;
-    cinder::importer::load_embedder::<B>(model, &r.path, device)
+    cinder::importer::load_text_embedder::<B>(model, &r.path, device)
         .with_context(|| format!("loading embedding model {}", r.path.display()))
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use cinder::models::embed::SentenceEmbedder;
+use cinder::models::decoder_embed::Embedder;
 use cinder::prelude::*;
 use cinder::runtime::engine::Engine;
 use cinder::server::embed::{EmbeddingService, TextEmbedder};
@@ -145,15 +145,16 @@ impl BackendTask for ServeTask {
     }
 }
 
-/// A sentence embedder on backend `B`, as the server's [`TextEmbedder`]. The mutex makes it `Sync`
+/// A text embedder (sentence encoder or pooled decoder) on backend `B`, as the server's
+/// [`TextEmbedder`]. The mutex makes it `Sync`
 /// whatever the backend's tensors are; the service runs one request at a time anyway.
 struct ServedEmbedder<B: InferenceBackend> {
-    model: std::sync::Mutex<SentenceEmbedder<B>>,
+    model: std::sync::Mutex<Embedder<B>>,
     dim: usize,
 }
 
 impl<B: InferenceBackend> ServedEmbedder<B> {
-    fn new(model: SentenceEmbedder<B>) -> Self {
+    fn new(model: Embedder<B>) -> Self {
         let dim = model.dim();
         Self {
             model: std::sync::Mutex::new(model),
@@ -161,7 +162,7 @@ impl<B: InferenceBackend> ServedEmbedder<B> {
         }
     }
 
-    fn with<T>(&self, f: impl FnOnce(&SentenceEmbedder<B>) -> T) -> T {
+    fn with<T>(&self, f: impl FnOnce(&Embedder<B>) -> T) -> T {
         // A poisoned lock only means an earlier request panicked; the model itself is unchanged.
         let guard = self
             .model
