@@ -51,6 +51,10 @@ const MAX_LOGPROB_TOL_MOE: f32 = 2.5;
 /// Positions per prompt where a mixture of experts may pick another argmax than llama.cpp (a routing
 /// near-tie; the greedy tests allow the same one miss per prompt for their noise).
 const ARGMAX_MISSES_MOE: usize = 1;
+/// [`MEAN_LOGPROB_TOL`] for a mixture of experts: a prompt with several routing flips averages
+/// higher (measured 0.05–0.08, and 0.16 once: `mixtral-tiny`'s longest prompt on candle). Running
+/// `qwen3moe-tiny` without renormalizing its experts' weights gives 0.52.
+const MEAN_LOGPROB_TOL_MOE: f32 = 0.3;
 
 /// One line of a `*.logits.jsonl` file.
 #[derive(Debug, Deserialize)]
@@ -165,8 +169,10 @@ fn teacher_forced<B: InferenceBackend>(
     rows
 }
 
+#[derive(Clone, Copy)]
 struct Tiny {
     model: &'static str,
+    mean_logprob_tol: f32,
     max_logprob_tol: f32,
     allowed_misses: usize,
 }
@@ -180,19 +186,22 @@ impl BackendTask for Tiny {
         for r in refs(self.model) {
             let ids = m.tokenizer.encode(&r.prompt, true).expect("encode");
             assert_eq!(ids, r.prompt_tokens, "prompt tokens for {:?}", r.prompt);
-            let caches: Vec<(&str, Box<dyn AttentionCache<B>>)> = vec![
-                (
+            // Both caches on the primary backend; elsewhere the paged one the engine runs (each
+            // backend's attention kernels are checked against the CPU path in tests/gpu_kernels.rs,
+            // and lavapipe is slow: this keeps CI's other-backend pass short).
+            let mut caches: Vec<(&str, Box<dyn AttentionCache<B>>)> = vec![(
+                "paged",
+                Box::new(
+                    SeqPagedCache::<B>::new(m.model.n_layers(), kvh, hd, 512, &device)
+                        .expect("paged cache"),
+                ),
+            )];
+            if B::KIND == primary_backend() {
+                caches.push((
                     "contiguous",
                     Box::new(ContiguousKvCache::<B>::new(m.model.n_layers(), 512)),
-                ),
-                (
-                    "paged",
-                    Box::new(
-                        SeqPagedCache::<B>::new(m.model.n_layers(), kvh, hd, 512, &device)
-                            .expect("paged cache"),
-                    ),
-                ),
-            ];
+                ));
+            }
             for (name, mut cache) in caches {
                 let rows = teacher_forced(&m, &r, cache.as_mut(), &device);
                 let a = compare(&rows, &r);
@@ -221,7 +230,7 @@ impl BackendTask for Tiny {
                     a.mean_prob_diff
                 );
                 assert!(
-                    a.mean_logprob_diff <= MEAN_LOGPROB_TOL,
+                    a.mean_logprob_diff <= self.mean_logprob_tol,
                     "{} ({name}) {:?}: top-10 log-probabilities off by {} on average",
                     self.model,
                     r.prompt,
@@ -240,22 +249,27 @@ impl BackendTask for Tiny {
 }
 
 fn check(model: &'static str) {
-    check_with(model, MAX_LOGPROB_TOL, 0)
+    check_with(Tiny {
+        model,
+        mean_logprob_tol: MEAN_LOGPROB_TOL,
+        max_logprob_tol: MAX_LOGPROB_TOL,
+        allowed_misses: 0,
+    })
 }
 
 fn check_moe(model: &'static str) {
-    check_with(model, MAX_LOGPROB_TOL_MOE, ARGMAX_MISSES_MOE)
+    check_with(Tiny {
+        model,
+        mean_logprob_tol: MEAN_LOGPROB_TOL_MOE,
+        max_logprob_tol: MAX_LOGPROB_TOL_MOE,
+        allowed_misses: ARGMAX_MISSES_MOE,
+    })
 }
 
-fn check_with(model: &'static str, max_logprob_tol: f32, allowed_misses: usize) {
+fn check_with(t: Tiny) {
     for kind in test_backends() {
-        eprintln!("{model} on {kind}");
-        let task = Tiny {
-            model,
-            max_logprob_tol,
-            allowed_misses,
-        };
-        cinder::backends::dispatch(kind, task).expect("backend");
+        eprintln!("{} on {kind}", t.model);
+        cinder::backends::dispatch(kind, t).expect("backend");
     }
 }
 
@@ -287,4 +301,74 @@ fn olmoe_matches_llama_cpp() {
 #[test]
 fn mixtral_style_llama_moe_matches_llama_cpp() {
     check_moe("mixtral-tiny");
+}
+
+/// One line of a `*.embeddings.jsonl` file: llama.cpp's tokens and pooled, L2-normalized vector.
+#[derive(Debug, Deserialize)]
+struct EmbeddingRef {
+    tokens: Vec<u32>,
+    embedding: Vec<f32>,
+}
+
+/// The prompts file's texts (`\n` in a line is a newline), as the reference tools read them.
+fn prompts() -> Vec<String> {
+    std::fs::read_to_string(tiny_dir().join("prompts.txt"))
+        .expect("prompts")
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.replace("\\n", "\n"))
+        .collect()
+}
+
+/// Least cosine similarity to llama.cpp's vectors accepted. llama.cpp's reference runs its
+/// flash-attention path; its own non-flash path gives 0.999904, 0.999700 and 0.999712 against it on
+/// these three texts (measured), and Cinder 0.999904, 0.999700 and 0.999732: this random two-layer
+/// model amplifies rounding. The bar leaves room for the other backends' summation orders.
+const MIN_COSINE: f32 = 0.999;
+
+struct Embeddings;
+
+impl BackendTask for Embeddings {
+    type Output = ();
+    fn run<B: InferenceBackend>(self, device: B::Device) {
+        let path = tiny_dir().join("qwen3-tiny.gguf");
+        let e = cinder::importer::load_text_embedder::<B>("qwen3-tiny", &path, &device)
+            .expect("a GGUF with a pooling type loads as an embedder");
+        let text = std::fs::read_to_string(tiny_dir().join("qwen3-tiny.embeddings.jsonl"))
+            .expect("reference");
+        let refs: Vec<EmbeddingRef> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("reference line"))
+            .collect();
+        let texts = prompts();
+        assert_eq!(refs.len(), texts.len());
+        let strs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let vectors = e.embed(&strs, true).expect("embed");
+        let mut cosines = Vec::new();
+        for ((t, r), v) in texts.iter().zip(&refs).zip(&vectors) {
+            assert_eq!(e.token_ids(t).expect("tokens"), r.tokens, "{t:?}");
+            assert_eq!(v.len(), r.embedding.len(), "dim");
+            let cos: f32 = v.iter().zip(&r.embedding).map(|(a, b)| a * b).sum();
+            eprintln!(
+                "qwen3-tiny embedding on {}, {t:?}: cosine {cos:.6}",
+                B::KIND
+            );
+            cosines.push(cos);
+        }
+        for (t, cos) in texts.iter().zip(&cosines) {
+            assert!(*cos >= MIN_COSINE, "{t:?}: cosine {cos} to llama.cpp's");
+        }
+        // A generative GGUF (no pooling type) is not an embedding model.
+        let generative = tiny_dir().join("llama3-tiny.gguf");
+        let err = cinder::importer::load_text_embedder::<B>("llama3-tiny", &generative, &device)
+            .expect_err("a generative model loaded as an embedder");
+        assert!(err.to_string().contains("pooling_type"), "{err}");
+    }
+}
+
+#[test]
+fn last_token_embeddings_match_llama_cpp() {
+    for kind in test_backends() {
+        cinder::backends::dispatch(kind, Embeddings).expect("backend");
+    }
 }

@@ -174,6 +174,8 @@ MODELS = {
         # head_dim × heads (256) differs from the width (128), as in the real Qwen3 sizes
         d=128, ff=256, heads=4, kv_heads=2, head_dim=64, layers=2, theta=1000000.0,
         rope_freqs=None,
+        # also an embedding model, as Qwen3-Embedding is: the last token's state, L2-normalized
+        pooling=gguf.PoolingType.LAST,
         types=dict(token_embd=T.Q4_1, attn_q=T.F16, attn_k=T.Q8_0, attn_v=T.Q8_0,
                    attn_output=T.Q6_K, ffn_gate=T.Q4_0, ffn_up=T.Q5_0, ffn_down=T.Q4_K),
         seed=2,
@@ -245,6 +247,8 @@ def write_model(name, spec, tokenizer_src, out_dir):
     w.add_rope_dimension_count(rope_dim)
     w.add_rope_freq_base(spec["theta"])
     w.add_layer_norm_rms_eps(1e-6)
+    if spec.get("pooling"):
+        w.add_pooling_type(spec["pooling"])
     if spec.get("moe"):
         w.add_expert_count(spec["moe"]["experts"])
         w.add_expert_used_count(spec["moe"]["used"])
