@@ -1,7 +1,8 @@
 //! `/v1/embeddings` (OpenAI format) and gRPC `Embed` on a real `cinder serve smollm2-135m
 //! --embedding-model all-minilm-l6-v2`: the vectors equal `cinder embed`'s, base64 decodes to the
 //! same floats, the official OpenAI Python client works unchanged, bad requests get named 4xx
-//! errors, and a full embedding queue answers 429 while the server stays up.
+//! errors, and a full embedding queue answers 429 while the server stays up. A GGUF decoder embedding
+//! model serves the same way.
 
 use std::process::Command;
 
@@ -21,8 +22,13 @@ const TEXTS: [&str; 3] = [
 
 /// `cinder embed MODEL --text … --json`: the reference the server must reproduce.
 fn cli_vectors(texts: &[&str]) -> Vec<Vec<f32>> {
+    cli_vectors_of(MODEL, texts)
+}
+
+/// [`cli_vectors`] for another model.
+fn cli_vectors_of(model: &str, texts: &[&str]) -> Vec<Vec<f32>> {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cinder"));
-    cmd.args(["embed", MODEL, "--json"]);
+    cmd.args(["embed", model, "--json"]);
     for t in texts {
         cmd.args(["--text", t]);
     }
@@ -247,4 +253,31 @@ fn the_official_openai_python_client_embeds() {
     assert!(v["prompt_tokens"].as_u64().is_some_and(|t| t > 0), "{v}");
     assert_eq!(v["not_found"], 404);
     assert_eq!(v["bad_request"], 400);
+}
+
+/// A GGUF decoder embedding model (the tiny Qwen3 file with last-token pooling, compared with
+/// llama.cpp in tests/architectures.rs) served on `/v1/embeddings`: the official client gets the
+/// CLI's vectors, unit length.
+#[test]
+fn a_decoder_embedding_model_serves_through_the_openai_client() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/tiny/qwen3-tiny.gguf"
+    );
+    let s = Server::start(&["--embedding-model", path, "--no-grpc"]);
+    let mut args = vec![path];
+    args.extend(TEXTS);
+    let v = s.python_client("openai_embeddings.py", &args);
+    let want = cli_vectors_of(path, &TEXTS);
+    for key in ["default", "float"] {
+        let got: Vec<Vec<f32>> = serde_json::from_value(v[key].clone()).expect("vectors");
+        assert_eq!(got.len(), want.len(), "{key}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.len(), 128, "{key}: the model's width");
+            assert!(max_diff(g, w) < 1e-5, "{key}");
+            let norm: f32 = g.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-4, "{key}: norm {norm}");
+        }
+    }
+    assert!(v["prompt_tokens"].as_u64().is_some_and(|t| t > 0), "{v}");
 }
