@@ -23,7 +23,7 @@ import numpy as np
 import gguf
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import copy_tokenizer, llama3_freq_factors  # noqa: E402
+from tiny_models import copy_tokenizer, finish, llama3_freq_factors  # noqa: E402
 
 SHAPES = {
     # Llama-3.2-1B: Llama 3 RoPE scaling (factor 32, original context 8192), tied embeddings
@@ -96,11 +96,7 @@ def write(name, s, tokenizer_src, out_dir):
         w.add_tensor(p + "ffn_up.weight", lin(ff, d))
         w.add_tensor(p + "ffn_down.weight", lin(d, ff))
     w.add_tensor("output_norm.weight", ones(d))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    print(f"wrote {path} ({path.stat().st_size} bytes)")
+    finish(w, path)
 
 
 def main():

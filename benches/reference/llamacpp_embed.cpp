@@ -6,10 +6,10 @@
 // Build and run: benches/reference/llamacpp_logits.sh (links libllama from a llama.cpp build).
 
 #include "llama.h"
+#include "reference_common.h"
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -38,33 +38,12 @@ int main(int argc, char ** argv) {
     const llama_vocab * vocab = llama_model_get_vocab(model);
     const int n_embd = llama_model_n_embd(model);
 
-    std::ifstream in(argv[2]);
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.empty()) continue;
-        std::string text;
-        for (size_t i = 0; i < line.size(); i++) {
-            if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == 'n') {
-                text += '\n';
-                i++;
-            } else {
-                text += line[i];
-            }
-        }
-        std::vector<llama_token> toks(text.size() + 8);
-        int n = llama_tokenize(vocab, text.c_str(), (int) text.size(), toks.data(), (int) toks.size(), true, false);
-        if (n < 0) return 1;
-        toks.resize(n);
+    for (const std::string & text : read_prompts(argv[2])) {
+        std::vector<llama_token> toks = tokenize(vocab, text);
+        const int n = (int) toks.size();
+        if (n == 0) return 1;
         llama_memory_clear(llama_get_memory(ctx), true);
-        llama_batch batch = llama_batch_init(n, 0, 1);
-        for (int i = 0; i < n; i++) {
-            batch.token[i] = toks[i];
-            batch.pos[i] = i;
-            batch.n_seq_id[i] = 1;
-            batch.seq_id[i][0] = 0;
-            batch.logits[i] = true;
-        }
-        batch.n_tokens = n;
+        llama_batch batch = sequence_batch(toks, 0);
         if (llama_decode(ctx, batch) != 0) return 1;
         const float * e = llama_get_embeddings_seq(ctx, 0);
         if (!e) return 1;

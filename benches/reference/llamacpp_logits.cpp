@@ -9,11 +9,11 @@
 // Build and run: benches/reference/llamacpp_logits.sh (links libllama from a llama.cpp build).
 
 #include "llama.h"
+#include "reference_common.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -85,35 +85,13 @@ int main(int argc, char ** argv) {
     const llama_vocab * vocab = llama_model_get_vocab(model);
     const int n_vocab = llama_vocab_n_tokens(vocab);
 
-    std::ifstream in(argv[2]);
-    std::string line;
-    while (std::getline(in, line)) {
-        if (line.empty()) continue;
-        std::string prompt;
-        for (size_t i = 0; i < line.size(); i++) {
-            if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == 'n') {
-                prompt += '\n';
-                i++;
-            } else {
-                prompt += line[i];
-            }
-        }
-        std::vector<llama_token> toks(prompt.size() + 8);
-        int n = llama_tokenize(vocab, prompt.c_str(), (int) prompt.size(), toks.data(), (int) toks.size(),
-                               llama_vocab_get_add_bos(vocab), false);
-        if (n < 0) return 1;
-        toks.resize(n);
+    for (const std::string & prompt : read_prompts(argv[2])) {
+        std::vector<llama_token> toks = tokenize(vocab, prompt);
+        const int n = (int) toks.size();
+        if (n == 0) return 1;
         llama_memory_clear(llama_get_memory(ctx), true);
 
-        llama_batch batch = llama_batch_init(n, 0, 1);
-        for (int i = 0; i < n; i++) {
-            batch.token[i] = toks[i];
-            batch.pos[i] = i;
-            batch.n_seq_id[i] = 1;
-            batch.seq_id[i][0] = 0;
-            batch.logits[i] = true;
-        }
-        batch.n_tokens = n;
+        llama_batch batch = sequence_batch(toks, 0);
         if (llama_decode(ctx, batch) != 0) return 1;
         std::string positions;
         for (int i = 0; i < n; i++) {
@@ -125,13 +103,7 @@ int main(int argc, char ** argv) {
         llama_token next = argmax(llama_get_logits_ith(ctx, n - 1), n_vocab);
         for (int s = 0; s < n_greedy; s++) {
             greedy.push_back(next);
-            llama_batch one = llama_batch_init(1, 0, 1);
-            one.token[0] = next;
-            one.pos[0] = n + s;
-            one.n_seq_id[0] = 1;
-            one.seq_id[0][0] = 0;
-            one.logits[0] = true;
-            one.n_tokens = 1;
+            llama_batch one = sequence_batch({next}, n + s);
             if (llama_decode(ctx, one) != 0) return 1;
             const float * lg = llama_get_logits_ith(ctx, 0);
             positions += "," + top10(lg, n_vocab);

@@ -327,6 +327,11 @@ def write_model(name, spec, tokenizer_src, out_dir):
     add("output_norm.weight", norm(d, 0.05, 0.3), T.F32)
     if "output" in types:
         add("output.weight", rng.standard_normal((n_vocab, d)).astype(np.float32), types["output"])
+    finish(w, path)
+
+
+def finish(w, path):
+    """Writes the file `w` holds to `path`."""
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

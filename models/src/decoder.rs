@@ -86,6 +86,20 @@ pub fn decoder_forward<B: InferenceBackend, M: Decoder<B> + ?Sized>(
     model.output(x, logits)
 }
 
+/// Embedding, blocks and `norm` (the final norm, without the vocabulary projection), the cache
+/// advanced past the `t` new tokens: [`LanguageModel::hidden_states`] of every [`Decoder`].
+pub fn decoder_hidden_states<B: InferenceBackend, M: Decoder<B> + ?Sized>(
+    model: &M,
+    tokens: Tensor<B, 2, Int>,
+    cache: &mut dyn AttentionCache<B>,
+    norm: &crate::layers::RmsNorm<B>,
+) -> Tensor<B, 3> {
+    let t = tokens.dims()[1];
+    let x = model.blocks().run(model.embed(tokens), cache);
+    cache.advance(t);
+    norm.forward(x)
+}
+
 /// A loaded language model of any supported architecture and placement; cheap to clone (the
 /// weights are shared).
 #[derive(Clone)]

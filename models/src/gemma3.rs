@@ -17,7 +17,7 @@ use cinder_runtime::attention::{AttentionCache, AttentionParams};
 use cinder_runtime::model::{CausalLm, Logits};
 use cinder_runtime::quant::QLinear;
 
-use crate::decoder::{Blocks, Decoder, LanguageModel, decoder_forward};
+use crate::decoder::{Blocks, Decoder, LanguageModel, decoder_forward, decoder_hidden_states};
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
     Ends, RmsNorm, Rope, RopeStyle, block_range, geglu, heads, merge_heads, project, split_heads,
@@ -353,10 +353,7 @@ impl<B: InferenceBackend> LanguageModel<B> for Gemma3<B> {
         tokens: Tensor<B, 2, Int>,
         cache: &mut dyn AttentionCache<B>,
     ) -> Option<Tensor<B, 3>> {
-        let t = tokens.dims()[1];
-        let x = self.blocks.run(self.embed(tokens), cache);
-        cache.advance(t);
-        Some(self.ends.norm.forward(x))
+        Some(decoder_hidden_states(self, tokens, cache, &self.ends.norm))
     }
 }
 
