@@ -318,10 +318,10 @@ fn factors_tensor(f: &GgufFile, name: &str, rope_dim: usize) -> Result<Vec<f32>>
 /// blocks are MoE (Qwen3-MoE, OLMoE, and Llama files with experts: Mixtral). As in llama.cpp's
 /// graphs, Qwen3-MoE and Llama renormalize the chosen experts' weights, OLMoE does not.
 fn moe_config(f: &GgufFile, arch: &str) -> Result<Option<MoeConfig>> {
-    let expert_count = key(arch, "expert_count");
+    let declared = opt_usize(f, &key(arch, "expert_count"))?;
     let is_moe = match arch {
         "qwen3moe" | "olmoe" => true,
-        "llama" | "mistral" => opt_usize(f, &expert_count)?.is_some_and(|n| n > 0),
+        "llama" | "mistral" => declared.is_some_and(|n| n > 0),
         _ => false,
     };
     if !is_moe {

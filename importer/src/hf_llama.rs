@@ -423,7 +423,7 @@ fn read_config(
                     .ok_or_else(|| bad(&path, "rope_scaling.factor is missing"))?;
             }
             "llama3" => {
-                rope_freq_factors = Some(llama3_freq_factors(rs, &path, rope_theta, head_dim)?);
+                rope_freq_factors = Some(llama3_freq_factors(rs, &path, rope_theta, rope_dim)?);
             }
             "longrope" | "su" => {
                 let (factors, attn) = longrope(&cfg, rs, &path, rope_dim)?;
@@ -434,7 +434,9 @@ fn read_config(
             other => {
                 return Err(bad(
                     &path,
-                    format!("rope_scaling type {other:?} is not supported (linear and llama3 are)"),
+                    format!(
+                        "rope_scaling type {other:?} is not supported (linear, llama3 and longrope are)"
+                    ),
                 ));
             }
         }

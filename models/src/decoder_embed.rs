@@ -15,8 +15,8 @@ use cinder_runtime::model::CausalLm;
 use cinder_tokenizer::Tokenizer;
 
 use crate::decoder::AnyModel;
-use crate::embed::{MAX_INPUTS, SentenceEmbedder};
-use crate::error::{ModelError, Result};
+use crate::embed::{MAX_INPUTS, SentenceEmbedder, input_err};
+use crate::error::Result;
 
 /// How a decoder's token states become one vector (llama.cpp's `pooling_type` 1, 2 and 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,10 +50,6 @@ pub struct DecoderEmbedder<B: InferenceBackend> {
     pooling: DecoderPooling,
     dim: usize,
     name: String,
-}
-
-fn input_err(reason: String) -> ModelError {
-    ModelError::Input(reason)
 }
 
 impl<B: InferenceBackend> DecoderEmbedder<B> {

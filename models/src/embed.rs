@@ -64,7 +64,8 @@ fn bad(reason: String) -> ModelError {
     }
 }
 
-fn input_err(reason: String) -> ModelError {
+/// A caller's input that cannot be embedded (shared with [`crate::decoder_embed`]).
+pub(crate) fn input_err(reason: String) -> ModelError {
     ModelError::Input(reason)
 }
 

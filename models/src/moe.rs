@@ -116,17 +116,15 @@ impl<B: InferenceBackend> MoeFfn<B> {
             Vec::new()
         });
         let routes = route(&logits, n_experts, self.n_used, self.normalize);
+        // Each expert's (token, weight) pairs, gathered in one pass over the routes.
+        let mut by_expert: Vec<Vec<(usize, f32)>> = vec![Vec::new(); n_experts];
+        for (tok, r) in routes.iter().enumerate() {
+            for &(e, w) in r {
+                by_expert[e].push((tok, w));
+            }
+        }
         let mut out = Tensor::<B, 2>::zeros([n, d], &device);
-        for (e, expert) in self.experts.iter().enumerate() {
-            let picked: Vec<(usize, f32)> = routes
-                .iter()
-                .enumerate()
-                .flat_map(|(tok, r)| {
-                    r.iter()
-                        .filter(|(ex, _)| *ex == e)
-                        .map(move |(_, w)| (tok, *w))
-                })
-                .collect();
+        for (expert, picked) in self.experts.iter().zip(&by_expert) {
             if picked.is_empty() {
                 continue;
             }
