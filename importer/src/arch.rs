@@ -476,6 +476,35 @@ pub const BERT_HF_NAMES: &[NameTable] = &[&[
     ("layers.{i}.ffn_norm", "encoder.layer.{i}.output.LayerNorm"),
 ]];
 
+/// Gemma 3 in a Hugging Face checkpoint (`Gemma3TextModel`, as EmbeddingGemma ships), module path
+/// -> checkpoint name without its prefix (`""` or `model.`).
+pub const GEMMA3_HF_NAMES: &[NameTable] = &[&[
+    ("embed", "embed_tokens"),
+    ("norm", "norm"),
+    ("layers.{i}.attn_norm", "layers.{i}.input_layernorm"),
+    ("layers.{i}.attn.wq", "layers.{i}.self_attn.q_proj"),
+    ("layers.{i}.attn.wk", "layers.{i}.self_attn.k_proj"),
+    ("layers.{i}.attn.wv", "layers.{i}.self_attn.v_proj"),
+    ("layers.{i}.attn.wo", "layers.{i}.self_attn.o_proj"),
+    ("layers.{i}.attn.q_norm", "layers.{i}.self_attn.q_norm"),
+    ("layers.{i}.attn.k_norm", "layers.{i}.self_attn.k_norm"),
+    (
+        "layers.{i}.post_attn_norm",
+        "layers.{i}.post_attention_layernorm",
+    ),
+    (
+        "layers.{i}.ffn_norm",
+        "layers.{i}.pre_feedforward_layernorm",
+    ),
+    ("layers.{i}.mlp.gate", "layers.{i}.mlp.gate_proj"),
+    ("layers.{i}.mlp.up", "layers.{i}.mlp.up_proj"),
+    ("layers.{i}.mlp.down", "layers.{i}.mlp.down_proj"),
+    (
+        "layers.{i}.post_ffn_norm",
+        "layers.{i}.post_feedforward_layernorm",
+    ),
+]];
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,6 +17,7 @@ use cinder_tokenizer::Tokenizer;
 use crate::decoder::AnyModel;
 use crate::embed::{MAX_INPUTS, SentenceEmbedder, input_err};
 use crate::error::Result;
+use crate::gemma3_embed::Gemma3Embedder;
 
 /// How a decoder's token states become one vector (llama.cpp's `pooling_type` 1, 2 and 3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -163,12 +164,14 @@ impl<B: InferenceBackend> DecoderEmbedder<B> {
     }
 }
 
-/// A text embedder of either kind: a sentence-transformers encoder or a decoder with pooling. What
-/// `cinder embed` and `/v1/embeddings` serve.
+/// A text embedder of any kind: a sentence-transformers BERT encoder, EmbeddingGemma, or a decoder
+/// with pooling. What `cinder embed` and `/v1/embeddings` serve.
 #[derive(Debug)]
 pub enum Embedder<B: InferenceBackend> {
     /// BERT-style encoder ([`SentenceEmbedder`])
     Sentence(Box<SentenceEmbedder<B>>),
+    /// Gemma 3 run bidirectionally with dense projections ([`Gemma3Embedder`])
+    Gemma(Box<Gemma3Embedder<B>>),
     /// decoder-only model ([`DecoderEmbedder`])
     Decoder(DecoderEmbedder<B>),
 }
@@ -178,6 +181,7 @@ impl<B: InferenceBackend> Embedder<B> {
     pub fn dim(&self) -> usize {
         match self {
             Self::Sentence(e) => e.dim(),
+            Self::Gemma(e) => e.dim(),
             Self::Decoder(e) => e.dim(),
         }
     }
@@ -186,6 +190,7 @@ impl<B: InferenceBackend> Embedder<B> {
     pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
         match self {
             Self::Sentence(e) => e.token_ids(text),
+            Self::Gemma(e) => e.token_ids(text),
             Self::Decoder(e) => e.token_ids(text),
         }
     }
@@ -194,6 +199,7 @@ impl<B: InferenceBackend> Embedder<B> {
     pub fn embed(&self, texts: &[&str], normalize: bool) -> Result<Vec<Vec<f32>>> {
         match self {
             Self::Sentence(e) => e.embed(texts, normalize),
+            Self::Gemma(e) => e.embed(texts, normalize),
             Self::Decoder(e) => e.embed(texts, normalize),
         }
     }

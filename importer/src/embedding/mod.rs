@@ -6,6 +6,7 @@
 //! present). An ONNX model is a `.onnx` file with a `tokenizer.json` beside it; its config comes from
 //! the graph ([`onnx`]). Pickle checkpoints are refused.
 
+mod gemma;
 mod named;
 pub mod onnx;
 mod onnx_proto;
@@ -16,6 +17,8 @@ use std::path::{Path, PathBuf};
 use cinder_models::bert::{Bert, BertConfig};
 use cinder_models::decoder_embed::{DecoderEmbedder, DecoderPooling, Embedder};
 use cinder_models::embed::{Pooling, SentenceEmbedder};
+#[cfg(doc)]
+use cinder_models::gemma3_embed::Gemma3Embedder;
 use cinder_runtime::InferenceBackend;
 
 pub use named::{F32Tensor, NamedWeights, bert_prefix};
@@ -131,8 +134,28 @@ pub fn load_embedder<B: InferenceBackend>(
                 "config.json is missing beside model.safetensors",
             ));
         }
-        let config = BertConfig::from_hf_json(&read_text(&cfg_path)?)
-            .map_err(|e| file_err(&cfg_path, e.to_string()))?;
+        let text = read_text(&cfg_path)?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| file_err(&cfg_path, e.to_string()))?;
+        if gemma::is_gemma3(&json) {
+            return Err(file_err(
+                &dir,
+                "a Gemma 3 embedding model, not a BERT encoder: load it with load_text_embedder",
+            ));
+        }
+        if let Some(m) = gemma::modules(&dir)?
+            .iter()
+            .find(|m| !matches!(m.kind.as_str(), "Transformer" | "Pooling" | "Normalize"))
+        {
+            return Err(ImportError::Unsupported(format!(
+                "{}: a `{}` module after the encoder; Cinder's BERT embedder runs Transformer, \
+                 Pooling and Normalize",
+                dir.join("modules.json").display(),
+                m.kind
+            )));
+        }
+        let config =
+            BertConfig::from_hf_json(&text).map_err(|e| file_err(&cfg_path, e.to_string()))?;
         let tensors = safetensors::read_f32_tensors(&weights)?;
         let prefix = bert_prefix(tensors.keys()).ok_or_else(|| {
             file_err(
@@ -193,8 +216,8 @@ fn is_gguf(path: &Path) -> bool {
         && &magic == b"GGUF"
 }
 
-/// Loads any text embedder: a sentence-transformers folder or ONNX export ([`load_embedder`]), or a
-/// GGUF decoder whose `{arch}.pooling_type` makes it an embedding model (Qwen3-Embedding and the
+/// Loads any text embedder: a sentence-transformers BERT folder or ONNX export ([`load_embedder`]),
+/// a Gemma 3 sentence-transformers folder (EmbeddingGemma: [`Gemma3Embedder`]), or a GGUF decoder whose `{arch}.pooling_type` makes it an embedding model (Qwen3-Embedding and the
 /// like: [`DecoderEmbedder`]). A GGUF file without a pooling type is a generative model and is
 /// refused, as is a pooling type Cinder does not pool by (none, rank).
 pub fn load_text_embedder<B: InferenceBackend>(
@@ -203,6 +226,19 @@ pub fn load_text_embedder<B: InferenceBackend>(
     device: &B::Device,
 ) -> Result<Embedder<B>> {
     if !is_gguf(path) {
+        let (weights, dir) = locate(path)?;
+        let cfg_path = dir.join("config.json");
+        let is_st = weights
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
+        if is_st && cfg_path.is_file() {
+            let json: serde_json::Value = serde_json::from_str(&read_text(&cfg_path)?)
+                .map_err(|e| file_err(&cfg_path, e.to_string()))?;
+            if gemma::is_gemma3(&json) {
+                let e = gemma::load::<B>(name, &weights, &dir, &json, device)?;
+                return Ok(Embedder::Gemma(Box::new(e)));
+            }
+        }
         return Ok(Embedder::Sentence(Box::new(load_embedder(
             name, path, device,
         )?)));

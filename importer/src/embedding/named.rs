@@ -43,6 +43,13 @@ impl<B: InferenceBackend> NamedWeights<B> {
         }
     }
 
+    /// The names of the tensors no module took, sorted (after loading: what the model did not use).
+    pub fn remaining(&self) -> Vec<&str> {
+        let mut v: Vec<&str> = self.tensors.keys().map(String::as_str).collect();
+        v.sort_unstable();
+        v
+    }
+
     /// Takes `<base>.<one of suffixes>` out of the map (weights are used once), checking its shape.
     fn take(
         &mut self,
