@@ -281,3 +281,28 @@ fn a_decoder_embedding_model_serves_through_the_openai_client() {
     }
     assert!(v["prompt_tokens"].as_u64().is_some_and(|t| t > 0), "{v}");
 }
+
+/// EmbeddingGemma (Gemma 3 run bidirectionally, with dense projections; compared with
+/// sentence-transformers in tests/embeddings_gemma.rs) served on `/v1/embeddings`: the official
+/// client gets the CLI's 768-wide vectors, unit length.
+#[test]
+fn embeddinggemma_serves_through_the_openai_client() {
+    let model = "embeddinggemma-300m";
+    let s = Server::start(&["--embedding-model", model, "--no-grpc"]);
+    let mut args = vec![model];
+    args.extend(TEXTS);
+    let v = s.python_client("openai_embeddings.py", &args);
+    let want = cli_vectors_of(model, &TEXTS);
+    for key in ["default", "float"] {
+        let got: Vec<Vec<f32>> = serde_json::from_value(v[key].clone()).expect("vectors");
+        assert_eq!(got.len(), want.len(), "{key}");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g.len(), 768, "{key}: the last dense module's width");
+            assert!(max_diff(g, w) < 1e-5, "{key}");
+            let norm: f32 = g.iter().map(|x| x * x).sum::<f32>().sqrt();
+            assert!((norm - 1.0).abs() < 1e-4, "{key}: norm {norm}");
+        }
+    }
+    assert_eq!(v["model"], model);
+    assert!(v["prompt_tokens"].as_u64().is_some_and(|t| t > 0), "{v}");
+}
