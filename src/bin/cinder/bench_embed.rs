@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use cinder::index::{HnswParams, IndexKind, IndexOptions, Metric, VectorIndex};
 use cinder::prelude::*;
 use clap::Args;
@@ -47,7 +47,8 @@ impl BackendTask for BenchEmbedTask {
     type Output = Result<()>;
     fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
         let a = self.0;
-        let lines: Vec<String> = std::fs::read_to_string(&a.file)?
+        let lines: Vec<String> = std::fs::read_to_string(&a.file)
+            .with_context(|| format!("reading the sentences file {}", a.file))?
             .lines()
             .filter(|l| !l.trim().is_empty())
             .map(str::to_string)
