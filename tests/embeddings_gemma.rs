@@ -188,7 +188,9 @@ fn damaged_embeddinggemma_folders_are_refused() {
     let layer_norm = edited_json("modules.json", |v| {
         v[3]["type"] = "sentence_transformers.models.LayerNorm".into();
     });
-    let cases: Vec<(&str, Vec<(&str, &[u8])>, &str)> = vec![
+    // (what, files replaced by new bytes, what the error must name)
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a [u8])>, &'a str);
+    let cases: Vec<Case> = vec![
         ("yarn", vec![("config.json", &yarn)], "yarn"),
         ("irregular layers", vec![("config.json", &irregular)], "layer_types"),
         ("soft-capping", vec![("config.json", &softcap)], "attn_logit_softcapping"),

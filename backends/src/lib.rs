@@ -30,7 +30,7 @@ pub use attention::KvOps;
 pub use backend::InferenceBackend;
 pub use burn::tensor::backend::Backend;
 pub use cinder_kernels as kernels;
-pub use encoder::EncoderOps;
+pub use encoder::{EncoderAttention, EncoderOps};
 pub use fused::FusedOps;
 pub use memory::MemoryOps;
 pub use quant::{QWeight, QuantOps};

@@ -204,10 +204,13 @@ impl<B: InferenceBackend> Embedder<B> {
         }
     }
 
-    /// Sequences per forward pass (an encoder's batches; a decoder runs each text alone).
+    /// Sequences per forward pass (an encoder's packed batches; a causal decoder runs each text
+    /// alone).
     pub fn set_max_batch(&mut self, n: usize) {
-        if let Self::Sentence(e) = self {
-            e.set_max_batch(n);
+        match self {
+            Self::Sentence(e) => e.set_max_batch(n),
+            Self::Gemma(e) => e.set_max_batch(n),
+            Self::Decoder(_) => {}
         }
     }
 }

@@ -6,8 +6,13 @@
 //! the tokens at most `window / 2` positions away on either side (EmbeddingGemma: 256)
 //! ([`cinder_runtime::attention::BidirectionalAttention`]); the final normed hidden states are
 //! pooled, then passed through the folder's `Dense` modules (EmbeddingGemma: 768 → 3072 → 768, no
-//! bias, identity activation). Each text runs alone, so no padding enters a vector and a text's
-//! vector never depends on the others of the request.
+//! bias, identity activation).
+//!
+//! A request's texts run packed, as the BERT embedder's do: up to [`Gemma3Embedder::max_batch`]
+//! consecutive texts (and [`PACK_TOKENS`] tokens) go back to back through one forward, each at its
+//! own positions and attending only within itself, so every per-token product runs on many rows at
+//! once and no padding is computed. A text's vector does not depend on the others of its pack
+//! beyond summation order (tested: equal to the text alone).
 
 use burn::tensor::{Int, Tensor, TensorData};
 use cinder_runtime::InferenceBackend;
@@ -19,6 +24,9 @@ use crate::decoder::LanguageModel;
 use crate::embed::{MAX_INPUTS, Pooling, input_err};
 use crate::error::{ModelError, Result};
 use crate::gemma3::Gemma3;
+
+/// The most tokens one packed forward holds (a single text may be as long as the model allows).
+pub const PACK_TOKENS: usize = 2048;
 
 /// The activation after a sentence-transformers `Dense` module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +114,7 @@ pub struct Gemma3Embedder<B: InferenceBackend> {
     dense: Vec<Dense<B>>,
     bidirectional: bool,
     max_tokens: usize,
+    max_batch: usize,
     name: String,
 }
 
@@ -161,6 +170,7 @@ impl<B: InferenceBackend> Gemma3Embedder<B> {
             dense,
             bidirectional,
             max_tokens,
+            max_batch: 32,
             name: name.to_string(),
         })
     }
@@ -187,6 +197,16 @@ impl<B: InferenceBackend> Gemma3Embedder<B> {
         self.max_tokens
     }
 
+    /// Texts per packed forward.
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// Sets the texts per packed forward (at least 1).
+    pub fn set_max_batch(&mut self, n: usize) {
+        self.max_batch = n.max(1);
+    }
+
     /// Token ids of one text (`<bos>` … `<eos>` as the tokenizer's post-processor adds them,
     /// truncated).
     pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
@@ -208,50 +228,88 @@ impl<B: InferenceBackend> Gemma3Embedder<B> {
         if let Some(i) = texts.iter().position(|t| t.trim().is_empty()) {
             return Err(input_err(format!("text {i} is empty")));
         }
-        texts
+        let ids: Vec<Vec<u32>> = texts
             .iter()
-            .map(|t| {
-                let ids = self.token_ids(t)?;
-                self.embed_ids(&ids, normalize)
-            })
-            .collect()
+            .map(|t| self.token_ids(t))
+            .collect::<Result<_>>()?;
+        // A causal checkpoint runs each text alone (its cache holds one sequence).
+        let (per_pack, budget) = if self.bidirectional {
+            (self.max_batch, PACK_TOKENS)
+        } else {
+            (1, 0)
+        };
+        let mut out = Vec::with_capacity(ids.len());
+        let mut i = 0;
+        while i < ids.len() {
+            let mut j = i + 1;
+            let mut tokens = ids[i].len();
+            while j < ids.len() && j - i < per_pack && tokens + ids[j].len() <= budget {
+                tokens += ids[j].len();
+                j += 1;
+            }
+            out.extend(self.embed_packed(&ids[i..j], normalize)?);
+            i = j;
+        }
+        Ok(out)
     }
 
     /// The vector of one token sequence (with its special tokens).
     pub fn embed_ids(&self, ids: &[u32], normalize: bool) -> Result<Vec<f32>> {
+        let mut v = self.embed_packed(&[ids.to_vec()], normalize)?;
+        v.pop()
+            .ok_or_else(|| input_err("no vector for the sequence".into()))
+    }
+
+    /// One forward over `seqs` packed back to back (bidirectional checkpoints; a causal one takes
+    /// a single sequence): a vector per sequence.
+    fn embed_packed(&self, seqs: &[Vec<u32>], normalize: bool) -> Result<Vec<Vec<f32>>> {
         let cfg = self.model.config();
-        if ids.is_empty() || ids.len() > self.max_tokens {
-            return Err(input_err(format!(
-                "sequence of {} tokens; the model takes 1..={}",
-                ids.len(),
-                self.max_tokens
-            )));
+        for ids in seqs {
+            if ids.is_empty() || ids.len() > self.max_tokens {
+                return Err(input_err(format!(
+                    "sequence of {} tokens; the model takes 1..={}",
+                    ids.len(),
+                    self.max_tokens
+                )));
+            }
+            if let Some(id) = ids.iter().find(|&&id| id as usize >= cfg.vocab_size) {
+                return Err(input_err(format!(
+                    "token id {id} is outside the model's vocabulary of {}",
+                    cfg.vocab_size
+                )));
+            }
         }
-        if let Some(id) = ids.iter().find(|&&id| id as usize >= cfg.vocab_size) {
-            return Err(input_err(format!(
-                "token id {id} is outside the model's vocabulary of {}",
-                cfg.vocab_size
-            )));
-        }
-        let t = ids.len();
+        let lengths: Vec<usize> = seqs.iter().map(Vec::len).collect();
+        let t: usize = lengths.iter().sum();
         let device = self.model.device();
-        let v: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
-        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(v, [1, t]), &device);
+        let flat: Vec<i32> = seqs.iter().flatten().map(|&i| i as i32).collect();
+        let tokens = Tensor::<B, 2, Int>::from_data(TensorData::new(flat, [1, t]), &device);
         // h: [1, t, d], the final norm applied
         let h = if self.bidirectional {
             self.model
-                .hidden_states(tokens, &mut BidirectionalAttention::new())
-        } else {
+                .hidden_states(tokens, &mut BidirectionalAttention::packed(lengths.clone()))
+        } else if seqs.len() == 1 {
             self.model
                 .hidden_states(tokens, &mut ContiguousKvCache::new(cfg.n_layers, t))
+        } else {
+            return Err(input_err(
+                "a causal model embeds one sequence per forward".into(),
+            ));
         }
         .ok_or_else(|| input_err("the model gives no hidden states".into()))?;
         let d = cfg.d_model;
-        // [1, d]
-        let mut x: Tensor<B, 2> = match self.pooling {
-            Pooling::Mean => h.mean_dim(1).reshape([1, d]),
-            Pooling::Cls => h.slice([0..1, 0..1]).reshape([1, d]),
-        };
+        // [s, d]: each sequence's rows pooled
+        let mut pooled = Vec::with_capacity(seqs.len());
+        let mut at = 0;
+        for &len in &lengths {
+            let rows = h.clone().slice([0..1, at..at + len]);
+            pooled.push(match self.pooling {
+                Pooling::Mean => rows.mean_dim(1).reshape([1, d]),
+                Pooling::Cls => rows.slice([0..1, 0..1]).reshape([1, d]),
+            });
+            at += len;
+        }
+        let mut x: Tensor<B, 2> = Tensor::cat(pooled, 0);
         for dense in &self.dense {
             x = dense.forward(x);
         }
@@ -260,9 +318,12 @@ impl<B: InferenceBackend> Gemma3Embedder<B> {
             let norm = x.clone().powi_scalar(2).sum_dim(1).sqrt().clamp_min(1e-12);
             x = x / norm;
         }
-        x.into_data()
+        let dim = self.dim();
+        let v = x
+            .into_data()
             .convert::<f32>()
             .to_vec::<f32>()
-            .map_err(|e| input_err(format!("reading the embedding back: {e:?}")))
+            .map_err(|e| input_err(format!("reading the embeddings back: {e:?}")))?;
+        Ok(v.chunks_exact(dim).map(<[f32]>::to_vec).collect())
     }
 }

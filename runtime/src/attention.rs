@@ -5,10 +5,13 @@
 //! (perplexity, tests), [`crate::kv::PagedKvCache`] for a ragged batch of many sequences (the engine).
 //! A model never sees how the cache is laid out.
 
+#[cfg(test)]
+use burn::tensor::TensorData;
 use burn::tensor::{Tensor, backend::Backend};
 
 pub use cinder_backends::attention::{
     AttentionParams, MaskKey, PagedBatch, SeqSlice, attention, attention_masked, causal_mask,
+    symmetric_window_mask,
 };
 
 /// Where a cache puts the next forward's tokens, as a paged layout whatever the cache is (a
@@ -161,52 +164,43 @@ impl<B: Backend> AttentionCache<B> for ContiguousKvCache<B> {
     }
 }
 
-/// Attention over one whole sequence per forward with every token seeing every other: a decoder
-/// stack run as an encoder (EmbeddingGemma). A sliding window becomes symmetric: a window of `w`
-/// covers `w / 2` tokens on either side (`|i - j| ≤ w / 2`), as llama.cpp's symmetric window does
-/// and as Hugging Face's Gemma 3 does with `use_bidirectional_attention` (it sets its exclusive
-/// window to `w / 2 + 1`). A layer without a window sees the whole sequence. Nothing is stored
-/// between forwards: each forward is a sequence of its own, at positions `0..t`.
+/// Attention over whole sequences with every token seeing every other: a decoder stack run as an
+/// encoder (EmbeddingGemma). A forward holds one sequence, or several packed back to back
+/// ([`BidirectionalAttention::packed`]: each at positions `0..len`, attending within itself only).
+/// A sliding window becomes symmetric: a window of `w` covers `w / 2` tokens on either side
+/// (`|i - j| ≤ w / 2`), as llama.cpp's symmetric window does and as Hugging Face's Gemma 3 does
+/// with `use_bidirectional_attention` (it sets its exclusive window to `w / 2 + 1`). A layer
+/// without a window sees its whole sequence. Nothing is stored between forwards. The op is the
+/// backend's [`EncoderOps::encoder_attention_windowed`](cinder_backends::EncoderOps).
 #[derive(Debug, Default)]
-pub struct BidirectionalAttention<B: Backend> {
-    /// Masks built during the current forward, by window.
-    masks: Vec<(Option<usize>, Option<Tensor<B, 4>>)>,
+pub struct BidirectionalAttention {
+    /// The packed sequences' lengths; empty: one sequence, the whole forward.
+    lengths: Vec<usize>,
 }
 
-impl<B: Backend> BidirectionalAttention<B> {
-    /// Attention for one forward at a time.
+impl BidirectionalAttention {
+    /// One sequence per forward.
     pub fn new() -> Self {
-        Self { masks: Vec::new() }
+        Self::default()
+    }
+
+    /// Sequences of `lengths` tokens packed back to back in the next forward.
+    pub fn packed(lengths: Vec<usize>) -> Self {
+        Self { lengths }
+    }
+
+    fn lengths(&self, t: usize) -> Vec<usize> {
+        if self.lengths.is_empty() {
+            vec![t]
+        } else {
+            self.lengths.clone()
+        }
     }
 }
 
-/// The additive mask `[b, kvh, group·t, t]` hiding keys more than `window / 2` positions away from
-/// the query on either side; `None` when no window bites (every query sees every key).
-pub fn symmetric_window_mask<B: Backend>(
-    [b, kvh, rows, t]: [usize; 4],
-    window: Option<usize>,
-    device: &B::Device,
-) -> Option<Tensor<B, 4>> {
-    let half = window.map(|w| w / 2).filter(|&h| t > h + 1)?;
-    // finite, as in `causal_mask`
-    const HIDDEN: f32 = -1.0e30;
-    let one: Vec<f32> = (0..t)
-        .flat_map(|i| (0..t).map(move |j| if i.abs_diff(j) <= half { 0.0 } else { HIDDEN }))
-        .collect();
-    let copies = b * kvh * (rows / t);
-    let mut full = Vec::with_capacity(copies * one.len());
-    for _ in 0..copies {
-        full.extend_from_slice(&one);
-    }
-    Some(Tensor::from_data(
-        burn::tensor::TensorData::new(full, [b, kvh, rows, t]),
-        device,
-    ))
-}
-
-impl<B: Backend> AttentionCache<B> for BidirectionalAttention<B> {
+impl<B: crate::InferenceBackend> AttentionCache<B> for BidirectionalAttention {
     fn positions(&self, t: usize) -> Vec<usize> {
-        (0..t).collect()
+        self.lengths(t).into_iter().flat_map(|len| 0..len).collect()
     }
 
     fn attend(
@@ -217,23 +211,31 @@ impl<B: Backend> AttentionCache<B> for BidirectionalAttention<B> {
         v: Tensor<B, 4>,
         params: &AttentionParams,
     ) -> Tensor<B, 4> {
-        let [b, h, t, _] = q.dims();
+        let [b, h, t, hd] = q.dims();
         let kvh = k.dims()[1];
-        let window = params.sliding_window;
-        let mask = match self.masks.iter().find(|(w, _)| *w == window) {
-            Some((_, m)) => m.clone(),
-            None => {
-                let m = symmetric_window_mask::<B>([b, kvh, (h / kvh) * t, t], window, &q.device());
-                self.masks.push((window, m.clone()));
-                m
-            }
+        assert_eq!(
+            b, 1,
+            "bidirectional attention packs its sequences on the time axis"
+        );
+        // [1, heads, t, hd] -> [t, heads·hd]: the projections' own layout (the model's head split
+        // is a view, so these are views too)
+        let rows = |x: Tensor<B, 4>, heads: usize| x.swap_dims(1, 2).reshape([t, heads * hd]);
+        let p = cinder_backends::EncoderAttention {
+            heads: h,
+            kv_heads: kvh,
+            scale: params.scale,
+            window: params.sliding_window,
         };
-        attention_masked(q, k, v, mask, params)
+        assert!(
+            params.softcap.is_none(),
+            "no soft-capping in bidirectional attention"
+        );
+        B::encoder_attention_windowed(rows(q, h), rows(k, kvh), rows(v, kvh), &self.lengths(t), &p)
+            .reshape([1, t, h, hd])
+            .swap_dims(1, 2)
     }
 
-    fn advance(&mut self, _t: usize) {
-        self.masks.clear();
-    }
+    fn advance(&mut self, _t: usize) {}
 
     fn layout(&mut self, t: usize) -> CacheLayout {
         single_sequence_layout(0, t, t)
@@ -244,7 +246,7 @@ impl<B: Backend> AttentionCache<B> for BidirectionalAttention<B> {
 mod tests {
     use super::*;
 
-    type B = burn_flex::Flex;
+    type B = cinder_backends::types::Flex;
 
     /// A window of 2 (3 and 2 alike: one token each side) over 4 tokens: each token sees itself
     /// and its direct neighbours, no more; a window of 6 covers 4 tokens whole.
@@ -285,7 +287,8 @@ mod tests {
             sliding_window: None,
             softcap: None,
         };
-        let out = BidirectionalAttention::<B>::new().attend(0, q, k, v, &params);
+        let out =
+            AttentionCache::<B>::attend(&mut BidirectionalAttention::new(), 0, q, k, v, &params);
         let first: Vec<f32> = out
             .slice([0..1, 0..1, 0..1])
             .into_data()
@@ -296,5 +299,49 @@ mod tests {
             (first[0] - 1.0).abs() < 1e-6 && (first[1] - 2.0).abs() < 1e-6,
             "{first:?}"
         );
+    }
+
+    /// Two sequences packed in one forward give what each gives alone, with positions restarting.
+    #[test]
+    fn packed_sequences_attend_within_themselves() {
+        let dev = Default::default();
+        let vals = |n: usize, seed: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * 37 + seed * 11) % 17) as f32 / 8.0 - 1.0)
+                .collect()
+        };
+        // [1, heads, t, hd] as the model passes them: a view of [1, t, heads, hd]
+        let t4 = |v: Vec<f32>, t: usize, h: usize| {
+            Tensor::<B, 4>::from_data(TensorData::new(v, [1, t, h, 4]), &dev).swap_dims(1, 2)
+        };
+        let params = AttentionParams {
+            scale: 0.5,
+            sliding_window: Some(2),
+            softcap: None,
+        };
+        let (q, k, v) = (vals(5 * 2 * 4, 1), vals(5 * 4, 2), vals(5 * 4, 3));
+        let mut packed = BidirectionalAttention::packed(vec![3, 2]);
+        assert_eq!(AttentionCache::<B>::positions(&packed, 5), [0, 1, 2, 0, 1]);
+        let all = AttentionCache::<B>::attend(
+            &mut packed,
+            0,
+            t4(q.clone(), 5, 2),
+            t4(k.clone(), 5, 1),
+            t4(v.clone(), 5, 1),
+            &params,
+        );
+        for (start, len) in [(0, 3), (3, 2)] {
+            let cut = |x: &[f32], w: usize| x[start * w..(start + len) * w].to_vec();
+            let alone = AttentionCache::<B>::attend(
+                &mut BidirectionalAttention::new(),
+                0,
+                t4(cut(&q, 8), len, 2),
+                t4(cut(&k, 4), len, 1),
+                t4(cut(&v, 4), len, 1),
+                &params,
+            );
+            let part = all.clone().slice([0..1, 0..2, start..start + len]);
+            assert_eq!(part.into_data(), alone.into_data(), "sequence at {start}");
+        }
     }
 }

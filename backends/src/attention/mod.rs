@@ -243,6 +243,32 @@ pub fn causal_mask<B: Backend>(key: MaskKey, device: &B::Device) -> Option<Tenso
     ))
 }
 
+/// The additive mask `[b, kvh, group·t, t]` of bidirectional attention over one sequence of `t`
+/// tokens with a symmetric window: keys more than `window / 2` positions away from the query, on
+/// either side, are hidden (llama.cpp's symmetric window; Hugging Face's bidirectional Gemma 3 sets
+/// its exclusive window to `window / 2 + 1`, the same set). `None` when no window bites.
+pub fn symmetric_window_mask<B: Backend>(
+    [b, kvh, rows, t]: [usize; 4],
+    window: Option<usize>,
+    device: &B::Device,
+) -> Option<Tensor<B, 4>> {
+    let half = window.map(|w| w / 2).filter(|&h| t > h + 1)?;
+    // finite, as in `causal_mask`
+    const HIDDEN: f32 = -1.0e30;
+    let one: Vec<f32> = (0..t)
+        .flat_map(|i| (0..t).map(move |j| if i.abs_diff(j) <= half { 0.0 } else { HIDDEN }))
+        .collect();
+    let copies = b * kvh * (rows / t);
+    let mut full = Vec::with_capacity(copies * one.len());
+    for _ in 0..copies {
+        full.extend_from_slice(&one);
+    }
+    Some(Tensor::from_data(
+        TensorData::new(full, [b, kvh, rows, t]),
+        device,
+    ))
+}
+
 /// Shape of one layer's paged store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvShape {

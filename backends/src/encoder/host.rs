@@ -5,7 +5,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use rayon::prelude::*;
 
-use super::EncoderOps;
+use super::{EncoderAttention, EncoderOps};
 use crate::host::host_values;
 use cinder_kernels::attn::dot;
 
@@ -241,19 +241,115 @@ fn attend_head(
     (width, hd): (usize, usize),
     scale: f32,
 ) {
+    attend_head_gqa(
+        (q, k, v),
+        out,
+        (at, at),
+        (rows, keys),
+        (width, width, hd),
+        scale,
+        None,
+    );
+}
+
+/// [`attend_head`] with K/V in buffers of their own width (grouped-query attention: `kv_at` is
+/// the KV head's column in `[.., kv_width]`) and an optional symmetric window: query `i` sees keys
+/// `i - half ..= i + half` only (both counted from the sequence's first token).
+fn attend_head_gqa(
+    (q, k, v): (&[f32], &[f32], &[f32]),
+    out: &mut [f32],
+    (q_at, kv_at): (usize, usize),
+    (rows, keys): (usize, usize),
+    (width, kv_width, hd): (usize, usize, usize),
+    scale: f32,
+    half: Option<usize>,
+) {
     let mut p = vec![0.0f32; rows * keys];
     // scores [rows, keys] = Q_h [rows, hd] · K_hᵀ [hd, keys]
     small_gemm(
         (rows, keys, hd),
         &mut p,
-        (q, at, width, 1),
-        (k, at, 1, width),
+        (q, q_at, width, 1),
+        (k, kv_at, 1, kv_width),
     );
-    for row in p.chunks_exact_mut(keys.max(1)) {
-        softmax_row(row, scale);
+    for (i, row) in p.chunks_exact_mut(keys.max(1)).enumerate() {
+        match half {
+            Some(h) => {
+                let (lo, hi) = (i.saturating_sub(h), (i + h + 1).min(keys));
+                row[..lo].fill(0.0);
+                row[hi..].fill(0.0);
+                softmax_row(&mut row[lo..hi], scale);
+            }
+            None => softmax_row(row, scale),
+        }
     }
     // out [rows, hd] = P [rows, keys] · V_h [keys, hd]
-    small_gemm((rows, hd, keys), out, (&p, 0, keys, 1), (v, at, width, 1));
+    small_gemm(
+        (rows, hd, keys),
+        out,
+        (&p, 0, keys, 1),
+        (v, kv_at, kv_width, 1),
+    );
+}
+
+/// [`EncoderOps::encoder_attention_windowed`] on the host: one task per (sequence, query head),
+/// each a pair of small gemms over that sequence's rows, K/V read from the head's KV head.
+pub fn host_encoder_attention_windowed<B: Backend>(
+    q: Tensor<B, 2>,
+    k: Tensor<B, 2>,
+    v: Tensor<B, 2>,
+    lengths: &[usize],
+    p: &EncoderAttention,
+) -> Tensor<B, 2> {
+    let [n, width] = q.dims();
+    let kv_width = k.dims()[1];
+    assert_eq!(
+        lengths.iter().sum::<usize>(),
+        n,
+        "encoder_attention_windowed: lengths do not sum to the rows"
+    );
+    let device = q.device();
+    let (heads, hd) = (p.heads, width / p.heads);
+    let group = heads / p.kv_heads;
+    let half = p.window.map(|w| w / 2);
+    let (q, k, v) = (host_values(q), host_values(k), host_values(v));
+    let starts: Vec<usize> = lengths
+        .iter()
+        .scan(0, |acc, &l| {
+            let s = *acc;
+            *acc += l;
+            Some(s)
+        })
+        .collect();
+    let parts: Vec<(usize, usize, Vec<f32>)> = (0..lengths.len() * heads)
+        .into_par_iter()
+        .map(|job| {
+            let (s, h) = (job / heads, job % heads);
+            let len = lengths[s];
+            let mut out = vec![0.0f32; len * hd];
+            attend_head_gqa(
+                (&q, &k, &v),
+                &mut out,
+                (
+                    starts[s] * width + h * hd,
+                    starts[s] * kv_width + (h / group) * hd,
+                ),
+                (len, len),
+                (width, kv_width, hd),
+                p.scale,
+                half,
+            );
+            (s, h, out)
+        })
+        .collect();
+    let mut ctx = vec![0.0f32; n * width];
+    for (s, h, out) in parts {
+        for (i, row) in out.chunks_exact(hd).enumerate() {
+            let o = (starts[s] + i) * width + h * hd;
+            ctx[o..o + hd].copy_from_slice(row);
+        }
+    }
+    Tensor::from_data(TensorData::new(ctx, [n, width]), &device)
 }
 
 /// [`EncoderOps::encoder_attention_packed`] on the host: one task per (sequence,
@@ -410,6 +506,15 @@ macro_rules! host_encoder_ops {
                 heads: usize,
             ) -> Tensor<Self, 2> {
                 host_encoder_attention_packed(q, k, v, lengths, heads)
+            }
+            fn encoder_attention_windowed(
+                q: Tensor<Self, 2>,
+                k: Tensor<Self, 2>,
+                v: Tensor<Self, 2>,
+                lengths: &[usize],
+                p: &EncoderAttention,
+            ) -> Tensor<Self, 2> {
+                host_encoder_attention_windowed(q, k, v, lengths, p)
             }
         }
     };
@@ -579,5 +684,68 @@ mod tests {
         assert!(worst <= 2.0, "exp_approx is {worst} ulp from expf");
         assert!(exp_approx(-1e9) < 1e-37 && exp_approx(-1e9) >= 0.0);
         assert_eq!(exp_approx(0.0), 1.0);
+    }
+
+    /// Grouped-query heads (6 query heads on 2 KV heads), its own scale and a symmetric window,
+    /// over three packed sequences (11, 5 and 1 tokens): the host kernel equals the Burn-ops form,
+    /// and a window wider than every sequence equals no window.
+    #[test]
+    fn host_windowed_attention_equals_the_generic_form() {
+        use crate::encoder::{EncoderAttention, generic_encoder_attention_windowed};
+        let dev = Default::default();
+        let t2 =
+            |v: Vec<f32>, s: [usize; 2]| Tensor::<Flex, 2>::from_data(TensorData::new(v, s), &dev);
+        let (heads, kv_heads, hd) = (6, 2, 8);
+        let lens = [11, 5, 1];
+        let n: usize = lens.iter().sum();
+        let (q, k, v) = (
+            t2(data(n * heads * hd, 7), [n, heads * hd]),
+            t2(data(n * kv_heads * hd, 8), [n, kv_heads * hd]),
+            t2(data(n * kv_heads * hd, 9), [n, kv_heads * hd]),
+        );
+        for window in [None, Some(4), Some(7), Some(64)] {
+            let p = EncoderAttention {
+                heads,
+                kv_heads,
+                scale: 0.3,
+                window,
+            };
+            close(
+                host_values(host_encoder_attention_windowed(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    &lens,
+                    &p,
+                )),
+                host_values(generic_encoder_attention_windowed(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    &lens,
+                    &p,
+                )),
+                1e-5,
+                &format!("windowed attention, window {window:?}"),
+            );
+        }
+        let wide = |window| EncoderAttention {
+            heads,
+            kv_heads,
+            scale: 0.3,
+            window,
+        };
+        close(
+            host_values(host_encoder_attention_windowed(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                &lens,
+                &wide(Some(64)),
+            )),
+            host_values(host_encoder_attention_windowed(q, k, v, &lens, &wide(None))),
+            0.0,
+            "a window past every sequence",
+        );
     }
 }

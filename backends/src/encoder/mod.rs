@@ -60,6 +60,87 @@ pub trait EncoderOps: Backend {
     ) -> Tensor<Self, 2> {
         generic_encoder_attention_packed(q, k, v, lengths, heads)
     }
+
+    /// Bidirectional grouped-query attention on a packed batch, with its own scale and a symmetric
+    /// window (a decoder stack run as an encoder: EmbeddingGemma). `q` `[n, heads·hd]`, `k`, `v`
+    /// `[n, kv_heads·hd]` hold the sequences' tokens back to back (`lengths` sum to `n`); each
+    /// token attends to the tokens of its own sequence at most `window / 2` positions away ->
+    /// `[n, heads·hd]`.
+    fn encoder_attention_windowed(
+        q: Tensor<Self, 2>,
+        k: Tensor<Self, 2>,
+        v: Tensor<Self, 2>,
+        lengths: &[usize],
+        p: &EncoderAttention,
+    ) -> Tensor<Self, 2> {
+        generic_encoder_attention_windowed(q, k, v, lengths, p)
+    }
+}
+
+/// Settings of [`EncoderOps::encoder_attention_windowed`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EncoderAttention {
+    /// query heads
+    pub heads: usize,
+    /// key/value heads (divides `heads`: query head `h` reads KV head `h / (heads / kv_heads)`)
+    pub kv_heads: usize,
+    /// multiplier on `q·k`
+    pub scale: f32,
+    /// symmetric window: a token sees the tokens at most `window / 2` positions away (`None`: its
+    /// whole sequence)
+    pub window: Option<usize>,
+}
+
+/// [`EncoderOps::encoder_attention_windowed`] in Burn ops: each sequence sliced out, attended with
+/// its window's mask ([`crate::attention::symmetric_window_mask`]), and the results concatenated.
+pub fn generic_encoder_attention_windowed<B: Backend>(
+    q: Tensor<B, 2>,
+    k: Tensor<B, 2>,
+    v: Tensor<B, 2>,
+    lengths: &[usize],
+    p: &EncoderAttention,
+) -> Tensor<B, 2> {
+    let [n, width] = q.dims();
+    assert_eq!(
+        lengths.iter().sum::<usize>(),
+        n,
+        "encoder_attention_windowed: lengths do not sum to the rows"
+    );
+    let device = q.device();
+    let hd = width / p.heads;
+    let params = crate::attention::AttentionParams {
+        scale: p.scale,
+        sliding_window: None,
+        softcap: None,
+    };
+    let mut outs = Vec::with_capacity(lengths.len());
+    let mut at = 0;
+    for &len in lengths {
+        // [len, heads·hd] -> [1, heads, len, hd]
+        let seq = |x: &Tensor<B, 2>, heads: usize| {
+            let w = x.dims()[1];
+            x.clone()
+                .slice([at..at + len, 0..w])
+                .reshape([1, len, heads, hd])
+                .swap_dims(1, 2)
+        };
+        let rows = (p.heads / p.kv_heads) * len;
+        let mask = crate::attention::symmetric_window_mask::<B>(
+            [1, p.kv_heads, rows, len],
+            p.window,
+            &device,
+        );
+        let o = crate::attention::attention_masked(
+            seq(&q, p.heads),
+            seq(&k, p.kv_heads),
+            seq(&v, p.kv_heads),
+            mask,
+            &params,
+        );
+        outs.push(o.swap_dims(1, 2).reshape([len, width]));
+        at += len;
+    }
+    Tensor::cat(outs, 0)
 }
 
 /// Layer norm over the last axis: `(x - mean) / sqrt(var + eps) * w + b`; `w`, `b` `[d]`.
