@@ -8,7 +8,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::act::BlockQ8;
+use crate::act::{BlockQ8, BlockQ8K};
 use crate::packed::{ROWS, chunk_bytes};
 use cinder_gguf::GgmlType;
 
@@ -231,3 +231,128 @@ dispatch!(q8_0_vnni, GgmlType::Q8_0, q8_vnni);
 dispatch!(q4_0_evex, GgmlType::Q4_0, q4_evex, false);
 dispatch!(q4_1_evex, GgmlType::Q4_1, q4_evex, true);
 dispatch!(q8_0_evex, GgmlType::Q8_0, q8_evex);
+
+/// `acc + madd(a, b)` (see `avx2::madd_acc`): one `vpdpwssd` with VNNI, else `vpmaddwd` +
+/// `vpaddd`; the same integers either way.
+#[inline(always)]
+unsafe fn madd_acc<const K: u8>(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+    match K {
+        VEX => _mm256_dpwssd_avx_epi32(acc, a, b),
+        EVEX => _mm256_dpwssd_epi32(acc, a, b),
+        _ => _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)),
+    }
+}
+
+/// 8 bytes at `p` widened to 8 i32 lanes, each holding its value in both 16-bit halves (the
+/// operand `madd` multiplies a row's two 16-bit pair sums with).
+#[inline(always)]
+unsafe fn dup16(p: *const u8) -> __m256i {
+    let v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+    _mm256_or_si256(v, _mm256_slli_epi32(v, 16))
+}
+
+/// Q4_K ([`crate::packed_k`] layout): per super-block, lane `t` of 8 rows summed over its 4 units
+/// (`maddubs` of the unit's nibbles with the activation quad, `madd` with the sub-block's scale),
+/// FMA-accumulated with `d`; the min terms as the row kernels form them, in 4 lanes.
+#[inline(always)]
+unsafe fn q4k<const J: usize, const K: u8>(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; ROWS]]) {
+    use crate::packed_k::KCHUNK;
+    let nb = gw.len() / KCHUNK;
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut acc = [[_mm256_setzero_ps(); 8]; J];
+    let mut accm = [[_mm256_setzero_ps(); 4]; J];
+    for b in 0..nb {
+        let c = gw.as_ptr().add(b * KCHUNK);
+        let dw = f16x8(c);
+        let dminw = f16x8(c.add(16));
+        let sc: [__m256i; 8] = std::array::from_fn(|s| dup16(c.add(32 + 8 * s)));
+        for t in 0..8 {
+            let mut l = [_mm256_setzero_si256(); J];
+            for cc in 0..4 {
+                let bits = _mm256_loadu_si256(c.add(160 + 32 * (4 * t + cc)) as *const __m256i);
+                let lo = _mm256_and_si256(bits, m4);
+                let hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                for j in 0..J {
+                    let qs = x.get_unchecked(j).get_unchecked(b).qs.as_ptr();
+                    let at = |o: usize| {
+                        _mm256_set1_epi32(std::ptr::read_unaligned(qs.add(o) as *const i32))
+                    };
+                    let pl = _mm256_maddubs_epi16(lo, at(64 * cc + 4 * t));
+                    let ph = _mm256_maddubs_epi16(hi, at(64 * cc + 32 + 4 * t));
+                    l[j] = madd_acc::<K>(madd_acc::<K>(l[j], pl, sc[2 * cc]), ph, sc[2 * cc + 1]);
+                }
+            }
+            for j in 0..J {
+                let d = _mm256_mul_ps(_mm256_set1_ps(x.get_unchecked(j).get_unchecked(b).d), dw);
+                acc[j][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(l[j]), acc[j][t]);
+            }
+        }
+        // min terms: lanes (2r, 2r + 1) of `mp[k]` hold row r's mins of sub-blocks 2k and 2k + 1
+        let mp: [__m256i; 4] = std::array::from_fn(|k| {
+            let lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(c.add(96 + 16 * k) as *const __m128i));
+            let hi = _mm256_cvtepu8_epi32(_mm_loadl_epi64(c.add(104 + 16 * k) as *const __m128i));
+            _mm256_or_si256(lo, _mm256_slli_epi32(hi, 16))
+        });
+        for j in 0..J {
+            let xb = x.get_unchecked(j).get_unchecked(b);
+            let dmin = _mm256_mul_ps(_mm256_set1_ps(-xb.d), dminw);
+            for k in 0..4 {
+                let bs = |s: usize| xb.bsums[2 * s] as i32 + xb.bsums[2 * s + 1] as i32;
+                let pair = (bs(2 * k) as u16 as u32) | ((bs(2 * k + 1) as u16 as u32) << 16);
+                let mk = _mm256_madd_epi16(mp[k], _mm256_set1_epi32(pair as i32));
+                accm[j][k] = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(mk), accm[j][k]);
+            }
+        }
+    }
+    for j in 0..J {
+        let m = _mm256_add_ps(
+            _mm256_add_ps(accm[j][0], accm[j][2]),
+            _mm256_add_ps(accm[j][1], accm[j][3]),
+        );
+        _mm256_storeu_ps(out[j].as_mut_ptr(), _mm256_add_ps(hsum_quads(&acc[j]), m));
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k_avx2<const J: usize>(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; ROWS]]) {
+    q4k::<J, PLAIN>(gw, x, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn q4k_vnni<const J: usize>(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; ROWS]]) {
+    q4k::<J, VEX>(gw, x, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q4k_evex<const J: usize>(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; ROWS]]) {
+    q4k::<J, EVEX>(gw, x, out)
+}
+
+// SAFETY: as for `dispatch!` above (Q8_K super-blocks, one per chunk).
+macro_rules! dispatch_k {
+    ($name:ident, $f:ident) => {
+        pub(crate) fn $name(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; ROWS]]) {
+            let cb = crate::packed_k::KCHUNK;
+            assert!(
+                x.len() == out.len() && x.iter().all(|r| r.len() * cb == gw.len()),
+                "packed Q4_K group kernel: {} activation rows for {} outputs over {} bytes",
+                x.len(),
+                out.len(),
+                gw.len()
+            );
+            unsafe {
+                match x.len() {
+                    1 => $f::<1>(gw, x, out),
+                    2 => $f::<2>(gw, x, out),
+                    3 => $f::<3>(gw, x, out),
+                    4 => $f::<4>(gw, x, out),
+                    _ => unreachable!("group kernels take 1 to 4 activation rows"),
+                }
+            }
+        }
+    };
+}
+
+dispatch_k!(q4_k, q4k_avx2);
+dispatch_k!(q4_k_vnni, q4k_vnni);
+dispatch_k!(q4_k_evex, q4k_evex);

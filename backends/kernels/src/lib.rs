@@ -24,6 +24,7 @@ mod neon;
 #[cfg(target_arch = "aarch64")]
 mod neon_packed;
 pub mod packed;
+mod packed_k;
 pub mod scalar;
 
 pub use packed::{Packed, matmul_packed_many_with, matmul_packed_with};

@@ -37,7 +37,7 @@
 use cinder_gguf::GgmlType;
 use rayon::prelude::*;
 
-use crate::act::{self, BlockQ8, QK};
+use crate::act::{self, BlockQ8, BlockQ8K, QK, QK_K};
 use crate::{Isa, KernelError, Weights};
 
 /// Weight rows interleaved per group.
@@ -45,12 +45,18 @@ pub const ROWS: usize = 8;
 /// Activation rows one call of a group kernel handles (its accumulators stay in registers).
 pub const TILE: usize = 4;
 
-/// The formats with a packed layout.
+/// The formats with a packed layout on this machine. Q4_K ([`crate::packed_k`]) is packed on x86-64
+/// only: its group kernel is AVX2 (elsewhere the NEON row kernel is faster than the portable twin).
 pub fn packable(ty: GgmlType) -> bool {
     matches!(
         ty,
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0
-    )
+    ) || (ty == GgmlType::Q4_K && cfg!(target_arch = "x86_64"))
+}
+
+/// Values one packed chunk covers per row (a block, or a K-quant super-block).
+fn chunk_values(layout: GgmlType) -> usize {
+    if layout == GgmlType::Q4_K { QK_K } else { QK }
 }
 
 /// The packed layout a format is stored in (Q5_0 widens to Q8_0's; see the module docs).
@@ -76,6 +82,7 @@ fn q5_0_as_q8_0(src: &[u8], dst: &mut [u8; 34]) {
 /// Bytes of one packed (group, block) chunk, and where its quants start.
 pub(crate) fn chunk_bytes(ty: GgmlType) -> (usize, usize) {
     match ty {
+        GgmlType::Q4_K => (crate::packed_k::KCHUNK, 160),
         GgmlType::Q4_1 => (32 + 128, 32),
         GgmlType::Q8_0 => (16 + 256, 16),
         _ => (16 + 128, 16),
@@ -116,7 +123,7 @@ impl Packed {
         let src_block = w.ty.type_size() as usize;
         let header_vals = if layout == GgmlType::Q4_1 { 2 } else { 1 };
         let (cb, qoff) = chunk_bytes(layout);
-        let nb = w.k / QK;
+        let nb = w.k / chunk_values(layout);
         let groups = w.n.div_ceil(ROWS);
         let mut data = vec![0u8; groups * nb * cb];
         // Groups per step: ~1 MiB of source rows, parallel inside a step.
@@ -129,6 +136,14 @@ impl Packed {
                     let g = g0 + i;
                     for r in 0..ROWS.min(w.n - g * ROWS) {
                         let row = &w.data[(g * ROWS + r) * rb..][..rb];
+                        if layout == GgmlType::Q4_K {
+                            for (c, src) in
+                                dst.chunks_exact_mut(cb).zip(row.chunks_exact(src_block))
+                            {
+                                crate::packed_k::pack_block(src, r, c);
+                            }
+                            continue;
+                        }
                         let mut widened = [0u8; 34];
                         for (c, src) in dst.chunks_exact_mut(cb).zip(row.chunks_exact(src_block)) {
                             let src = if w.ty == GgmlType::Q5_0 {
@@ -167,13 +182,18 @@ impl Packed {
     pub fn dequantize_rows(&self, rows: &[usize], out: &mut [f32]) -> Result<(), KernelError> {
         crate::check_rows(rows, self.n, self.k, out.len())?;
         let cb = chunk_bytes(self.layout).0;
-        let nb = self.k / QK;
+        let per = chunk_values(self.layout);
+        let nb = self.k / per;
         for (&r, dst) in rows.iter().zip(out.chunks_exact_mut(self.k)) {
             let (g, rr) = (r / ROWS, r % ROWS);
-            for (b, y) in dst.chunks_exact_mut(QK).enumerate() {
+            for (b, y) in dst.chunks_exact_mut(per).enumerate() {
                 let c = &self.data[(g * nb + b) * cb..][..cb];
+                if self.layout == GgmlType::Q4_K {
+                    crate::packed_k::dequantize_block(c, rr, y);
+                    continue;
+                }
                 let d = f16_at(c, 2 * rr);
-                let q = chunk_values(self.layout, c, rr);
+                let q = block_values(self.layout, c, rr);
                 if self.layout == GgmlType::Q4_1 {
                     let m = f16_at(c, 16 + 2 * rr);
                     for (v, &q) in y.iter_mut().zip(&q) {
@@ -211,11 +231,12 @@ impl Packed {
     }
 }
 
-/// Group kernel: one group's chunks (`nb` blocks) against up to [`TILE`] activation rows, the 8
-/// outputs per activation row written to `out`.
-type GroupFn = fn(&[u8], &[&[BlockQ8]], &mut [[f32; ROWS]]);
+/// Group kernel: one group's chunks (`nb` blocks) against up to [`TILE`] activation rows of blocks
+/// `A` (Q8 blocks, or Q8_K super-blocks for Q4_K), the 8 outputs per activation row written to
+/// `out`.
+type GroupFn<A> = fn(&[u8], &[&[A]], &mut [[f32; ROWS]]);
 
-fn group_fn(ty: GgmlType, isa: Isa) -> GroupFn {
+fn group_fn(ty: GgmlType, isa: Isa) -> GroupFn<BlockQ8> {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 && isa.is_available() {
         use crate::avx2_packed as k;
@@ -247,6 +268,21 @@ fn group_fn(ty: GgmlType, isa: Isa) -> GroupFn {
         GgmlType::Q8_0 => scalar_q8_0,
         _ => scalar_q4_0,
     }
+}
+
+/// The Q4_K group kernel for `isa`.
+fn group_fn_k(isa: Isa) -> GroupFn<BlockQ8K> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.is_available() {
+        use crate::avx2_packed as k;
+        return match k::dot_level() {
+            k::EVEX => k::q4_k_evex,
+            k::VEX => k::q4_k_vnni,
+            _ => k::q4_k,
+        };
+    }
+    let _ = isa;
+    crate::packed_k::scalar_group
 }
 
 /// `y[m, n] = x[m, k] · Wᵀ` on packed weights, with `isa`.
@@ -295,13 +331,45 @@ pub fn matmul_packed_many_with(
     if m == 0 {
         return Ok(());
     }
+    let is_k = |p: &&Packed| p.layout == GgmlType::Q4_K;
+    if ps.iter().any(is_k) && !ps.iter().all(is_k) {
+        // Q4_K and the 32-wide formats quantize their activations differently: one by one.
+        for (p, y) in ps.iter().zip(ys.iter_mut()) {
+            matmul_packed_many_with(isa, &[*p], x, m, &mut [&mut **y])?;
+        }
+        return Ok(());
+    }
+    if ps.iter().all(is_k) {
+        let acts = match act::quantize(act::ActKind::Q8K, x, k) {
+            act::Activations::Q8K(a) => a,
+            // `quantize` returns the kind asked for.
+            _ => return Err(KernelError::Unsupported(ps[0].ty.name())),
+        };
+        let rows: Vec<&[BlockQ8K]> = acts.chunks_exact(k / QK_K).collect();
+        let kernel = group_fn_k(isa);
+        run_products(ps, &rows, ys, |_| (kernel, TILE));
+        return Ok(());
+    }
     let acts = match act::quantize(act::ActKind::Q8, x, k) {
         act::Activations::Q8(a) => a,
-        // `quantize` returns the kind asked for.
         _ => return Err(KernelError::Unsupported(ps[0].ty.name())),
     };
-    let nb = k / QK;
-    let rows: Vec<&[BlockQ8]> = acts.chunks_exact(nb).collect();
+    let rows: Vec<&[BlockQ8]> = acts.chunks_exact(k / QK).collect();
+    run_products(ps, &rows, ys, |p| {
+        (group_fn(p.layout, isa), group_tile(p.layout, isa))
+    });
+    Ok(())
+}
+
+/// Every product of `ps` against the quantized activation `rows`, in one parallel section;
+/// `kernel_of(p)` gives a weight's group kernel and its tile.
+fn run_products<A: Sync>(
+    ps: &[&Packed],
+    rows: &[&[A]],
+    ys: &mut [&mut [f32]],
+    kernel_of: impl Fn(&Packed) -> (GroupFn<A>, usize) + Sync,
+) {
+    let m = rows.len();
     if m >= ROW_SPLIT_MIN {
         // Prefill: each task takes a block of activation rows against every group of one weight,
         // writing whole rows of that weight's output in place.
@@ -314,9 +382,9 @@ pub fn matmul_packed_many_with(
         }
         tasks.into_par_iter().for_each(|(p, i0, yc)| {
             let take = yc.len() / p.n;
-            row_block_products(isa, p, &rows[i0..i0 + take], yc)
+            row_block_products(kernel_of(p), p, &rows[i0..i0 + take], yc)
         });
-        return Ok(());
+        return;
     }
     // Outputs per group, [groups][m][8] per weight: each task owns whole groups of one weight;
     // scattered into the ys afterwards.
@@ -325,6 +393,7 @@ pub fn matmul_packed_many_with(
         .map(|p| vec![0.0f32; p.n.div_ceil(ROWS) * m * ROWS])
         .collect();
     let total_groups: usize = ps.iter().map(|p| p.n.div_ceil(ROWS)).sum();
+    let nb = ps.first().map_or(0, |p| p.k / chunk_values(p.layout));
     let per_task = groups_per_task(total_groups, m, nb);
     let mut tasks: Vec<(&Packed, usize, &mut [f32])> = Vec::new();
     for (p, yt) in ps.iter().zip(yts.iter_mut()) {
@@ -334,7 +403,7 @@ pub fn matmul_packed_many_with(
     }
     tasks
         .into_par_iter()
-        .for_each(|(p, g0, ts)| group_products(isa, p, g0, &rows, ts));
+        .for_each(|(p, g0, ts)| group_products(kernel_of(p), p, g0, rows, ts));
     for ((p, yt), y) in ps.iter().zip(&yts).zip(ys.iter_mut()) {
         let n = p.n;
         for (g, gt) in yt.chunks_exact(m * ROWS).enumerate() {
@@ -344,7 +413,6 @@ pub fn matmul_packed_many_with(
             }
         }
     }
-    Ok(())
 }
 
 /// From this many activation rows on, products split the rows among tasks rather than the weight's
@@ -367,11 +435,20 @@ pub(crate) fn act_rows_per_task(m: usize, weights: usize) -> usize {
 /// The most activation rows one task of the row split takes.
 pub(crate) const MAX_TASK_ROWS: usize = 64;
 
+/// Bytes of one group of `p` (all its chunks).
+fn group_bytes(p: &Packed) -> usize {
+    p.k / chunk_values(p.layout) * chunk_bytes(p.layout).0
+}
+
 /// Every group of `p` against the activation rows `rows`, written straight into `y` (`[rows][n]`).
-fn row_block_products(isa: Isa, p: &Packed, rows: &[&[BlockQ8]], y: &mut [f32]) {
+fn row_block_products<A>(
+    (kernel, tile): (GroupFn<A>, usize),
+    p: &Packed,
+    rows: &[&[A]],
+    y: &mut [f32],
+) {
     let n = p.n;
-    let gbytes = p.k / QK * chunk_bytes(p.layout).0;
-    let (kernel, tile) = (group_fn(p.layout, isa), group_tile(p.layout, isa));
+    let gbytes = group_bytes(p);
     for g in 0..n.div_ceil(ROWS) {
         let gw = &p.data[g * gbytes..(g + 1) * gbytes];
         let cols = ROWS.min(n - g * ROWS);
@@ -383,10 +460,15 @@ fn row_block_products(isa: Isa, p: &Packed, rows: &[&[BlockQ8]], y: &mut [f32]) 
 }
 
 /// Groups `g0..` of `p` against every activation row: `ts` is `[groups][m][8]`.
-fn group_products(isa: Isa, p: &Packed, g0: usize, rows: &[&[BlockQ8]], ts: &mut [f32]) {
+fn group_products<A>(
+    (kernel, tile): (GroupFn<A>, usize),
+    p: &Packed,
+    g0: usize,
+    rows: &[&[A]],
+    ts: &mut [f32],
+) {
     let m = rows.len();
-    let gbytes = p.k / QK * chunk_bytes(p.layout).0;
-    let (kernel, tile) = (group_fn(p.layout, isa), group_tile(p.layout, isa));
+    let gbytes = group_bytes(p);
     for (o, t) in ts.chunks_exact_mut(m * ROWS).enumerate() {
         let g = g0 + o;
         let gw = &p.data[g * gbytes..(g + 1) * gbytes];
@@ -398,11 +480,11 @@ fn group_products(isa: Isa, p: &Packed, g0: usize, rows: &[&[BlockQ8]], ts: &mut
 
 /// One group's chunks `gw` against every row of `rows` through `kernel`, `tile` rows per call
 /// ([`group_tile`]); `emit(i, outputs)` receives row `i`'s 8 outputs.
-fn group_against_rows(
-    kernel: GroupFn,
+fn group_against_rows<A>(
+    kernel: GroupFn<A>,
     tile: usize,
     gw: &[u8],
-    rows: &[&[BlockQ8]],
+    rows: &[&[A]],
     mut emit: impl FnMut(usize, &[f32; ROWS]),
 ) {
     let m = rows.len();
@@ -451,7 +533,7 @@ fn f16_at(c: &[u8], at: usize) -> f32 {
 
 /// Row `r`'s 32 values of one packed chunk in element order, as the products use them: signed bytes
 /// (Q8_0 layout), nibbles (Q4_1), nibbles − 8 (Q4_0).
-fn chunk_values(layout: GgmlType, c: &[u8], r: usize) -> [i32; QK] {
+fn block_values(layout: GgmlType, c: &[u8], r: usize) -> [i32; QK] {
     let qoff = chunk_bytes(layout).1;
     let mut q = [0i32; QK];
     if layout == GgmlType::Q8_0 {
@@ -482,7 +564,7 @@ fn scalar_group(ty: GgmlType, gw: &[u8], x: &[&[BlockQ8]], out: &mut [[f32; ROWS
             let mut acc = [0.0f32; 8];
             let mut summs = 0.0f32;
             for (c, xb) in gw.chunks_exact(cb).zip(xr.iter()) {
-                let q = chunk_values(ty, c, r);
+                let q = block_values(ty, c, r);
                 if ty == GgmlType::Q4_1 {
                     summs += f16_at(c, 16 + 2 * r) * xb.s;
                 }

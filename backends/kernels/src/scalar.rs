@@ -174,11 +174,16 @@ fn dot_kmins(
 /// they are a few operations per 256 values).
 #[inline]
 pub(crate) fn kmins(scales: &[u8], dmin: f32, xb: &BlockQ8K, accm: &mut [f32; 4]) {
+    let mins: [u8; 8] = std::array::from_fn(|s| scale_min_k4(s, scales).1);
+    kmins_of_row(&mins, dmin, xb, accm)
+}
+
+/// [`kmins`] from the 8 sub-blocks' mins already unpacked (the packed Q4_K layout stores them so).
+#[inline]
+pub(crate) fn kmins_of_row(mins: &[u8; 8], dmin: f32, xb: &BlockQ8K, accm: &mut [f32; 4]) {
     let bs = |s: usize| xb.bsums[2 * s] as i32 + xb.bsums[2 * s + 1] as i32;
     for (k, a) in accm.iter_mut().enumerate() {
-        let m0 = scale_min_k4(2 * k, scales).1 as i32;
-        let m1 = scale_min_k4(2 * k + 1, scales).1 as i32;
-        let mk = m0 * bs(2 * k) + m1 * bs(2 * k + 1);
+        let mk = mins[2 * k] as i32 * bs(2 * k) + mins[2 * k + 1] as i32 * bs(2 * k + 1);
         *a = dmin.mul_add(mk as f32, *a);
     }
 }
