@@ -356,3 +356,142 @@ macro_rules! dispatch_k {
 dispatch_k!(q4_k, q4k_avx2);
 dispatch_k!(q4_k_vnni, q4k_vnni);
 dispatch_k!(q4_k_evex, q4k_evex);
+
+/// Whether the two-group (512-bit) Q4_K kernel can run: AVX512-VNNI forms in use (`dot_level`)
+/// and AVX512BW for the byte and word operations on 512-bit registers.
+pub(crate) fn wide_available() -> bool {
+    dot_level() == EVEX && is_x86_feature_detected!("avx512bw")
+}
+
+/// Two 256-bit loads, `a` in the low half and `b` in the high half.
+#[inline(always)]
+unsafe fn join256(a: *const u8, b: *const u8) -> __m512i {
+    _mm512_inserti64x4::<1>(
+        _mm512_castsi256_si512(_mm256_loadu_si256(a as *const __m256i)),
+        _mm256_loadu_si256(b as *const __m256i),
+    )
+}
+
+/// 8 bytes at `a`, then 8 at `b`, widened to 16 i32 lanes (as [`dup16`] for 16 rows when `dup`).
+#[inline(always)]
+unsafe fn widen16(a: *const u8, b: *const u8, dup: bool) -> __m512i {
+    let v = _mm512_cvtepu8_epi32(_mm_unpacklo_epi64(
+        _mm_loadl_epi64(a as *const __m128i),
+        _mm_loadl_epi64(b as *const __m128i),
+    ));
+    if dup {
+        _mm512_or_si512(v, _mm512_slli_epi32::<16>(v))
+    } else {
+        v
+    }
+}
+
+/// 8 f16 at `a` and 8 at `b`, widened (exact).
+#[inline(always)]
+unsafe fn f16x16(a: *const u8, b: *const u8) -> __m512 {
+    _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(
+        _mm256_castsi128_si256(_mm_loadu_si128(a as *const __m128i)),
+        _mm_loadu_si128(b as *const __m128i),
+    ))
+}
+
+/// [`q4k`] on two groups at once: every operation on 16 rows (group `g` in the low half of each
+/// register, `g + 1` in the high half), the same per-row operations in the same order, so each
+/// output equals the one-group kernel's.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q4k_pair<const J: usize>(
+    g0: &[u8],
+    g1: &[u8],
+    x: &[&[BlockQ8K]],
+    out: &mut [[f32; 2 * ROWS]],
+) {
+    use crate::packed_k::KCHUNK;
+    let nb = g0.len() / KCHUNK;
+    let m4 = _mm512_set1_epi8(0x0F);
+    let mut acc = [[_mm512_setzero_ps(); 8]; J];
+    let mut accm = [[_mm512_setzero_ps(); 4]; J];
+    for b in 0..nb {
+        let (c0, c1) = (g0.as_ptr().add(b * KCHUNK), g1.as_ptr().add(b * KCHUNK));
+        let dw = f16x16(c0, c1);
+        let dminw = f16x16(c0.add(16), c1.add(16));
+        let sc: [__m512i; 8] =
+            std::array::from_fn(|s| widen16(c0.add(32 + 8 * s), c1.add(32 + 8 * s), true));
+        for t in 0..8 {
+            let mut l = [_mm512_setzero_si512(); J];
+            for cc in 0..4 {
+                let u = 160 + 32 * (4 * t + cc);
+                let bits = join256(c0.add(u), c1.add(u));
+                let lo = _mm512_and_si512(bits, m4);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(bits), m4);
+                for j in 0..J {
+                    let qs = x.get_unchecked(j).get_unchecked(b).qs.as_ptr();
+                    let at = |o: usize| {
+                        _mm512_set1_epi32(std::ptr::read_unaligned(qs.add(o) as *const i32))
+                    };
+                    let pl = _mm512_maddubs_epi16(lo, at(64 * cc + 4 * t));
+                    let ph = _mm512_maddubs_epi16(hi, at(64 * cc + 32 + 4 * t));
+                    l[j] = _mm512_dpwssd_epi32(
+                        _mm512_dpwssd_epi32(l[j], pl, sc[2 * cc]),
+                        ph,
+                        sc[2 * cc + 1],
+                    );
+                }
+            }
+            for j in 0..J {
+                let d = _mm512_mul_ps(_mm512_set1_ps(x.get_unchecked(j).get_unchecked(b).d), dw);
+                acc[j][t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l[j]), acc[j][t]);
+            }
+        }
+        let mp: [__m512i; 4] = std::array::from_fn(|k| {
+            let lo = widen16(c0.add(96 + 16 * k), c1.add(96 + 16 * k), false);
+            let hi = widen16(c0.add(104 + 16 * k), c1.add(104 + 16 * k), false);
+            _mm512_or_si512(lo, _mm512_slli_epi32::<16>(hi))
+        });
+        for j in 0..J {
+            let xb = x.get_unchecked(j).get_unchecked(b);
+            let dmin = _mm512_mul_ps(_mm512_set1_ps(-xb.d), dminw);
+            for k in 0..4 {
+                let bs = |s: usize| xb.bsums[2 * s] as i32 + xb.bsums[2 * s + 1] as i32;
+                let pair = (bs(2 * k) as u16 as u32) | ((bs(2 * k + 1) as u16 as u32) << 16);
+                let mk = _mm512_madd_epi16(mp[k], _mm512_set1_epi32(pair as i32));
+                accm[j][k] = _mm512_fmadd_ps(dmin, _mm512_cvtepi32_ps(mk), accm[j][k]);
+            }
+        }
+    }
+    for j in 0..J {
+        let a = &acc[j];
+        // `hsum_quads`' order, on 16 rows
+        let lo = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
+        let hi = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
+        let m = _mm512_add_ps(
+            _mm512_add_ps(accm[j][0], accm[j][2]),
+            _mm512_add_ps(accm[j][1], accm[j][3]),
+        );
+        _mm512_storeu_ps(out[j].as_mut_ptr(), _mm512_add_ps(_mm512_add_ps(lo, hi), m));
+    }
+}
+
+/// The two-group Q4_K kernel (see [`q4k_pair`]).
+// SAFETY: handed out by `packed::pair_fn_k` only where `wide_available` confirmed AVX-512 F, BW, VL
+// and VNNI (and `Isa::is_available` AVX2, FMA, F16C); both groups are whole chunk runs of one weight
+// and every activation row has one super-block per chunk (asserted).
+pub(crate) fn q4_k_pair_evex(g0: &[u8], g1: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; 2 * ROWS]]) {
+    let cb = crate::packed_k::KCHUNK;
+    assert!(
+        g0.len() == g1.len() && x.len() == out.len() && x.iter().all(|r| r.len() * cb == g0.len()),
+        "packed Q4_K pair kernel: {} activation rows for {} outputs over {} and {} bytes",
+        x.len(),
+        out.len(),
+        g0.len(),
+        g1.len()
+    );
+    unsafe {
+        match x.len() {
+            1 => q4k_pair::<1>(g0, g1, x, out),
+            2 => q4k_pair::<2>(g0, g1, x, out),
+            3 => q4k_pair::<3>(g0, g1, x, out),
+            4 => q4k_pair::<4>(g0, g1, x, out),
+            _ => unreachable!("group kernels take 1 to 4 activation rows"),
+        }
+    }
+}

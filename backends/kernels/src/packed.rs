@@ -236,6 +236,11 @@ impl Packed {
 /// `out`.
 type GroupFn<A> = fn(&[u8], &[&[A]], &mut [[f32; ROWS]]);
 
+/// Two adjacent groups' kernel (512-bit registers, 16 weight rows per instruction): group `g`'s
+/// chunks, group `g + 1`'s, up to [`TILE`] activation rows; per row the 8 outputs of `g` then the 8
+/// of `g + 1`, each equal to the one-group kernel's.
+type PairFn<A> = fn(&[u8], &[u8], &[&[A]], &mut [[f32; 2 * ROWS]]);
+
 fn group_fn(ty: GgmlType, isa: Isa) -> GroupFn<BlockQ8> {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 && isa.is_available() {
@@ -283,6 +288,16 @@ fn group_fn_k(isa: Isa) -> GroupFn<BlockQ8K> {
     }
     let _ = isa;
     crate::packed_k::scalar_group
+}
+
+/// The two-group Q4_K kernel, where the CPU has AVX-512 (BW and VNNI) and `isa` may use it.
+fn pair_fn_k(isa: Isa) -> Option<PairFn<BlockQ8K>> {
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && isa.is_available() && crate::avx2_packed::wide_available() {
+        return Some(crate::avx2_packed::q4_k_pair_evex);
+    }
+    let _ = isa;
+    None
 }
 
 /// `y[m, n] = x[m, k] · Wᵀ` on packed weights, with `isa`.
@@ -347,7 +362,7 @@ pub fn matmul_packed_many_with(
         };
         let rows: Vec<&[BlockQ8K]> = acts.chunks_exact(k / QK_K).collect();
         let kernel = group_fn_k(isa);
-        run_products(ps, &rows, ys, |_| (kernel, TILE));
+        run_products(ps, &rows, ys, |_| (kernel, TILE), pair_fn_k(isa));
         return Ok(());
     }
     let acts = match act::quantize(act::ActKind::Q8, x, k) {
@@ -355,19 +370,25 @@ pub fn matmul_packed_many_with(
         _ => return Err(KernelError::Unsupported(ps[0].ty.name())),
     };
     let rows: Vec<&[BlockQ8]> = acts.chunks_exact(k / QK).collect();
-    run_products(ps, &rows, ys, |p| {
-        (group_fn(p.layout, isa), group_tile(p.layout, isa))
-    });
+    run_products(
+        ps,
+        &rows,
+        ys,
+        |p| (group_fn(p.layout, isa), group_tile(p.layout, isa)),
+        None,
+    );
     Ok(())
 }
 
 /// Every product of `ps` against the quantized activation `rows`, in one parallel section;
-/// `kernel_of(p)` gives a weight's group kernel and its tile.
+/// `kernel_of(p)` gives a weight's group kernel and its tile; `pair`, where given, runs two groups
+/// at once in the row split (prefill).
 fn run_products<A: Sync>(
     ps: &[&Packed],
     rows: &[&[A]],
     ys: &mut [&mut [f32]],
     kernel_of: impl Fn(&Packed) -> (GroupFn<A>, usize) + Sync,
+    pair: Option<PairFn<A>>,
 ) {
     let m = rows.len();
     if m >= ROW_SPLIT_MIN {
@@ -382,7 +403,7 @@ fn run_products<A: Sync>(
         }
         tasks.into_par_iter().for_each(|(p, i0, yc)| {
             let take = yc.len() / p.n;
-            row_block_products(kernel_of(p), p, &rows[i0..i0 + take], yc)
+            row_block_products(kernel_of(p), pair, p, &rows[i0..i0 + take], yc)
         });
         return;
     }
@@ -443,19 +464,41 @@ fn group_bytes(p: &Packed) -> usize {
 /// Every group of `p` against the activation rows `rows`, written straight into `y` (`[rows][n]`).
 fn row_block_products<A>(
     (kernel, tile): (GroupFn<A>, usize),
+    pair: Option<PairFn<A>>,
     p: &Packed,
     rows: &[&[A]],
     y: &mut [f32],
 ) {
     let n = p.n;
     let gbytes = group_bytes(p);
-    for g in 0..n.div_ceil(ROWS) {
-        let gw = &p.data[g * gbytes..(g + 1) * gbytes];
+    let groups = n.div_ceil(ROWS);
+    let gw = |g: usize| &p.data[g * gbytes..(g + 1) * gbytes];
+    let mut g = 0;
+    while g < groups {
+        if let Some(pair) = pair.filter(|_| g + 1 < groups) {
+            // groups g and g + 1: 16 output columns, the last group maybe short
+            let cols = (2 * ROWS).min(n - g * ROWS);
+            let m = rows.len();
+            let mut j = 0;
+            while j < m {
+                let take = TILE.min(m - j);
+                let mut out = [[0.0f32; 2 * ROWS]; TILE];
+                pair(gw(g), gw(g + 1), &rows[j..j + take], &mut out[..take]);
+                for (jj, o) in out[..take].iter().enumerate() {
+                    let at = (j + jj) * n + g * ROWS;
+                    y[at..at + cols].copy_from_slice(&o[..cols]);
+                }
+                j += take;
+            }
+            g += 2;
+            continue;
+        }
         let cols = ROWS.min(n - g * ROWS);
-        group_against_rows(kernel, tile, gw, rows, |i, o8| {
+        group_against_rows(kernel, tile, gw(g), rows, |i, o8| {
             let at = i * n + g * ROWS;
             y[at..at + cols].copy_from_slice(&o8[..cols]);
         });
+        g += 1;
     }
 }
 
