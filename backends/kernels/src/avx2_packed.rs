@@ -328,14 +328,14 @@ unsafe fn q4k_evex<const J: usize>(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32
     q4k::<J, EVEX>(gw, x, out)
 }
 
-// SAFETY: as for `dispatch!` above (Q8_K super-blocks, one per chunk).
+// SAFETY: as for `dispatch!` above (Q8_K super-blocks, one per chunk of `$cb` bytes).
 macro_rules! dispatch_k {
-    ($name:ident, $f:ident) => {
+    ($name:ident, $f:ident, $cb:expr) => {
         pub(crate) fn $name(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; ROWS]]) {
-            let cb = crate::packed_k::KCHUNK;
+            let cb = $cb;
             assert!(
                 x.len() == out.len() && x.iter().all(|r| r.len() * cb == gw.len()),
-                "packed Q4_K group kernel: {} activation rows for {} outputs over {} bytes",
+                "packed K-quant group kernel: {} activation rows for {} outputs over {} bytes",
                 x.len(),
                 out.len(),
                 gw.len()
@@ -353,9 +353,9 @@ macro_rules! dispatch_k {
     };
 }
 
-dispatch_k!(q4_k, q4k_avx2);
-dispatch_k!(q4_k_vnni, q4k_vnni);
-dispatch_k!(q4_k_evex, q4k_evex);
+dispatch_k!(q4_k, q4k_avx2, crate::packed_k::KCHUNK);
+dispatch_k!(q4_k_vnni, q4k_vnni, crate::packed_k::KCHUNK);
+dispatch_k!(q4_k_evex, q4k_evex, crate::packed_k::KCHUNK);
 
 /// Whether the two-group (512-bit) Q4_K kernel can run: AVX512-VNNI forms in use (`dot_level`)
 /// and AVX512BW for the byte and word operations on 512-bit registers.
@@ -471,27 +471,205 @@ unsafe fn q4k_pair<const J: usize>(
     }
 }
 
-/// The two-group Q4_K kernel (see [`q4k_pair`]).
+/// A two-group K-quant kernel (see [`q4k_pair`]).
 // SAFETY: handed out by `packed::pair_fn_k` only where `wide_available` confirmed AVX-512 F, BW, VL
 // and VNNI (and `Isa::is_available` AVX2, FMA, F16C); both groups are whole chunk runs of one weight
 // and every activation row has one super-block per chunk (asserted).
-pub(crate) fn q4_k_pair_evex(g0: &[u8], g1: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; 2 * ROWS]]) {
-    let cb = crate::packed_k::KCHUNK;
-    assert!(
-        g0.len() == g1.len() && x.len() == out.len() && x.iter().all(|r| r.len() * cb == g0.len()),
-        "packed Q4_K pair kernel: {} activation rows for {} outputs over {} and {} bytes",
-        x.len(),
-        out.len(),
-        g0.len(),
-        g1.len()
+macro_rules! dispatch_pair {
+    ($name:ident, $f:ident, $cb:expr) => {
+        pub(crate) fn $name(g0: &[u8], g1: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; 2 * ROWS]]) {
+            let cb = $cb;
+            assert!(
+                g0.len() == g1.len()
+                    && x.len() == out.len()
+                    && x.iter().all(|r| r.len() * cb == g0.len()),
+                "packed pair kernel: {} activation rows for {} outputs over {} and {} bytes",
+                x.len(),
+                out.len(),
+                g0.len(),
+                g1.len()
+            );
+            unsafe {
+                match x.len() {
+                    1 => $f::<1>(g0, g1, x, out),
+                    2 => $f::<2>(g0, g1, x, out),
+                    3 => $f::<3>(g0, g1, x, out),
+                    4 => $f::<4>(g0, g1, x, out),
+                    _ => unreachable!("group kernels take 1 to 4 activation rows"),
+                }
+            }
+        }
+    };
+}
+
+/// Q6_K ([`crate::packed_k`] layout): per super-block, lane `t` of 8 rows summed over its two
+/// units (4 sub-blocks each: `maddubs(q, x) − maddubs(32, x)`, then `madd` with the 16-value
+/// scale), FMA-accumulated with `d`, as the row kernels do.
+#[inline(always)]
+unsafe fn q6k<const J: usize, const K: u8>(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; ROWS]]) {
+    use crate::packed_k::KCHUNK6;
+    let nb = gw.len() / KCHUNK6;
+    let (m4, m3, m32) = (
+        _mm256_set1_epi8(0x0F),
+        _mm256_set1_epi8(3),
+        _mm256_set1_epi8(32),
     );
-    unsafe {
-        match x.len() {
-            1 => q4k_pair::<1>(g0, g1, x, out),
-            2 => q4k_pair::<2>(g0, g1, x, out),
-            3 => q4k_pair::<3>(g0, g1, x, out),
-            4 => q4k_pair::<4>(g0, g1, x, out),
-            _ => unreachable!("group kernels take 1 to 4 activation rows"),
+    let mut acc = [[_mm256_setzero_ps(); 8]; J];
+    for b in 0..nb {
+        let c = gw.as_ptr().add(b * KCHUNK6);
+        let dw = f16x8(c);
+        // scale i of 8 rows as (sc, sc) 16-bit pairs
+        let sc = |i: usize| {
+            let v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(c.add(16 + 8 * i) as *const __m128i));
+            _mm256_or_si256(
+                _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)),
+                _mm256_slli_epi32(v, 16),
+            )
+        };
+        for t in 0..8 {
+            let mut l = [_mm256_setzero_si256(); J];
+            for n in 0..2 {
+                let u = c.add(144 + 96 * (8 * n + t));
+                let a = _mm256_loadu_si256(u as *const __m256i);
+                let bb = _mm256_loadu_si256(u.add(32) as *const __m256i);
+                let h = _mm256_loadu_si256(u.add(64) as *const __m256i);
+                let hi2 = |sh: i32| {
+                    let v = match sh {
+                        0 => h,
+                        2 => _mm256_srli_epi16(h, 2),
+                        4 => _mm256_srli_epi16(h, 4),
+                        _ => _mm256_srli_epi16(h, 6),
+                    };
+                    _mm256_slli_epi16(_mm256_and_si256(v, m3), 4)
+                };
+                let q = [
+                    _mm256_or_si256(_mm256_and_si256(a, m4), hi2(0)),
+                    _mm256_or_si256(_mm256_and_si256(bb, m4), hi2(2)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), m4), hi2(4)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bb, 4), m4), hi2(6)),
+                ];
+                let scs: [__m256i; 4] = std::array::from_fn(|jj| sc(8 * n + 2 * jj + t / 4));
+                for j in 0..J {
+                    let qs = x.get_unchecked(j).get_unchecked(b).qs.as_ptr();
+                    for jj in 0..4 {
+                        let xq = _mm256_set1_epi32(std::ptr::read_unaligned(
+                            qs.add(128 * n + 32 * jj + 4 * t) as *const i32,
+                        ));
+                        let p = _mm256_sub_epi16(
+                            _mm256_maddubs_epi16(q[jj], xq),
+                            _mm256_maddubs_epi16(m32, xq),
+                        );
+                        l[j] = madd_acc::<K>(l[j], p, scs[jj]);
+                    }
+                }
+            }
+            for j in 0..J {
+                let d = _mm256_mul_ps(_mm256_set1_ps(x.get_unchecked(j).get_unchecked(b).d), dw);
+                acc[j][t] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(l[j]), acc[j][t]);
+            }
         }
     }
+    for j in 0..J {
+        _mm256_storeu_ps(out[j].as_mut_ptr(), hsum_quads(&acc[j]));
+    }
 }
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6k_avx2<const J: usize>(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; ROWS]]) {
+    q6k::<J, PLAIN>(gw, x, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn q6k_vnni<const J: usize>(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; ROWS]]) {
+    q6k::<J, VEX>(gw, x, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn q6k_evex<const J: usize>(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; ROWS]]) {
+    q6k::<J, EVEX>(gw, x, out)
+}
+
+dispatch_k!(q6_k, q6k_avx2, crate::packed_k::KCHUNK6);
+dispatch_k!(q6_k_vnni, q6k_vnni, crate::packed_k::KCHUNK6);
+dispatch_k!(q6_k_evex, q6k_evex, crate::packed_k::KCHUNK6);
+
+/// [`q6k`] on two groups at once (see [`q4k_pair`]).
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6k_pair<const J: usize>(
+    g0: &[u8],
+    g1: &[u8],
+    x: &[&[BlockQ8K]],
+    out: &mut [[f32; 2 * ROWS]],
+) {
+    use crate::packed_k::KCHUNK6;
+    let nb = g0.len() / KCHUNK6;
+    let (m4, m3, m32) = (
+        _mm512_set1_epi8(0x0F),
+        _mm512_set1_epi8(3),
+        _mm512_set1_epi8(32),
+    );
+    let mut acc = [[_mm512_setzero_ps(); 8]; J];
+    for b in 0..nb {
+        let (c0, c1) = (g0.as_ptr().add(b * KCHUNK6), g1.as_ptr().add(b * KCHUNK6));
+        let dw = f16x16(c0, c1);
+        let sc = |i: usize| {
+            let v = _mm512_cvtepi8_epi32(_mm_unpacklo_epi64(
+                _mm_loadl_epi64(c0.add(16 + 8 * i) as *const __m128i),
+                _mm_loadl_epi64(c1.add(16 + 8 * i) as *const __m128i),
+            ));
+            _mm512_or_si512(
+                _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF)),
+                _mm512_slli_epi32::<16>(v),
+            )
+        };
+        for t in 0..8 {
+            let mut l = [_mm512_setzero_si512(); J];
+            for n in 0..2 {
+                let u = 144 + 96 * (8 * n + t);
+                let a = join256(c0.add(u), c1.add(u));
+                let bb = join256(c0.add(u + 32), c1.add(u + 32));
+                let h = join256(c0.add(u + 64), c1.add(u + 64));
+                let hi2 = |v: __m512i| _mm512_slli_epi16::<4>(_mm512_and_si512(v, m3));
+                let q = [
+                    _mm512_or_si512(_mm512_and_si512(a, m4), hi2(h)),
+                    _mm512_or_si512(_mm512_and_si512(bb, m4), hi2(_mm512_srli_epi16::<2>(h))),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(a), m4),
+                        hi2(_mm512_srli_epi16::<4>(h)),
+                    ),
+                    _mm512_or_si512(
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(bb), m4),
+                        hi2(_mm512_srli_epi16::<6>(h)),
+                    ),
+                ];
+                let scs: [__m512i; 4] = std::array::from_fn(|jj| sc(8 * n + 2 * jj + t / 4));
+                for j in 0..J {
+                    let qs = x.get_unchecked(j).get_unchecked(b).qs.as_ptr();
+                    for jj in 0..4 {
+                        let xq = _mm512_set1_epi32(std::ptr::read_unaligned(
+                            qs.add(128 * n + 32 * jj + 4 * t) as *const i32,
+                        ));
+                        let p = _mm512_sub_epi16(
+                            _mm512_maddubs_epi16(q[jj], xq),
+                            _mm512_maddubs_epi16(m32, xq),
+                        );
+                        l[j] = _mm512_dpwssd_epi32(l[j], p, scs[jj]);
+                    }
+                }
+            }
+            for j in 0..J {
+                let d = _mm512_mul_ps(_mm512_set1_ps(x.get_unchecked(j).get_unchecked(b).d), dw);
+                acc[j][t] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l[j]), acc[j][t]);
+            }
+        }
+    }
+    for j in 0..J {
+        let a = &acc[j];
+        let lo = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
+        let hi = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
+        _mm512_storeu_ps(out[j].as_mut_ptr(), _mm512_add_ps(lo, hi));
+    }
+}
+
+dispatch_pair!(q4_k_pair_evex, q4k_pair, crate::packed_k::KCHUNK);
+dispatch_pair!(q6_k_pair_evex, q6k_pair, crate::packed_k::KCHUNK6);

@@ -45,18 +45,24 @@ pub const ROWS: usize = 8;
 /// Activation rows one call of a group kernel handles (its accumulators stay in registers).
 pub const TILE: usize = 4;
 
-/// The formats with a packed layout on this machine. Q4_K ([`crate::packed_k`]) is packed on x86-64
-/// only: its group kernel is AVX2 (elsewhere the NEON row kernel is faster than the portable twin).
+/// The formats with a packed layout on this machine. Q4_K and Q6_K ([`crate::packed_k`]) are packed
+/// on x86-64 only: their group kernels are AVX2 (elsewhere the NEON row kernels are faster than the
+/// portable twins).
 pub fn packable(ty: GgmlType) -> bool {
     matches!(
         ty,
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q5_0
-    ) || (ty == GgmlType::Q4_K && cfg!(target_arch = "x86_64"))
+    ) || (is_kquant(ty) && cfg!(target_arch = "x86_64"))
+}
+
+/// The K-quant layouts (256-value super-blocks, Q8_K activations).
+fn is_kquant(layout: GgmlType) -> bool {
+    matches!(layout, GgmlType::Q4_K | GgmlType::Q6_K)
 }
 
 /// Values one packed chunk covers per row (a block, or a K-quant super-block).
 fn chunk_values(layout: GgmlType) -> usize {
-    if layout == GgmlType::Q4_K { QK_K } else { QK }
+    if is_kquant(layout) { QK_K } else { QK }
 }
 
 /// The packed layout a format is stored in (Q5_0 widens to Q8_0's; see the module docs).
@@ -83,6 +89,7 @@ fn q5_0_as_q8_0(src: &[u8], dst: &mut [u8; 34]) {
 pub(crate) fn chunk_bytes(ty: GgmlType) -> (usize, usize) {
     match ty {
         GgmlType::Q4_K => (crate::packed_k::KCHUNK, 160),
+        GgmlType::Q6_K => (crate::packed_k::KCHUNK6, 144),
         GgmlType::Q4_1 => (32 + 128, 32),
         GgmlType::Q8_0 => (16 + 256, 16),
         _ => (16 + 128, 16),
@@ -136,11 +143,16 @@ impl Packed {
                     let g = g0 + i;
                     for r in 0..ROWS.min(w.n - g * ROWS) {
                         let row = &w.data[(g * ROWS + r) * rb..][..rb];
-                        if layout == GgmlType::Q4_K {
+                        if is_kquant(layout) {
+                            let pack = if layout == GgmlType::Q4_K {
+                                crate::packed_k::pack_block
+                            } else {
+                                crate::packed_k::pack_block_q6
+                            };
                             for (c, src) in
                                 dst.chunks_exact_mut(cb).zip(row.chunks_exact(src_block))
                             {
-                                crate::packed_k::pack_block(src, r, c);
+                                pack(src, r, c);
                             }
                             continue;
                         }
@@ -192,6 +204,10 @@ impl Packed {
                     crate::packed_k::dequantize_block(c, rr, y);
                     continue;
                 }
+                if self.layout == GgmlType::Q6_K {
+                    crate::packed_k::dequantize_block_q6(c, rr, y);
+                    continue;
+                }
                 let d = f16_at(c, 2 * rr);
                 let q = block_values(self.layout, c, rr);
                 if self.layout == GgmlType::Q4_1 {
@@ -241,6 +257,9 @@ type GroupFn<A> = fn(&[u8], &[&[A]], &mut [[f32; ROWS]]);
 /// of `g + 1`, each equal to the one-group kernel's.
 type PairFn<A> = fn(&[u8], &[u8], &[&[A]], &mut [[f32; 2 * ROWS]]);
 
+/// A weight's group kernel, its tile, and its two-group kernel if it has one.
+type Kernels<A> = (GroupFn<A>, usize, Option<PairFn<A>>);
+
 fn group_fn(ty: GgmlType, isa: Isa) -> GroupFn<BlockQ8> {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 && isa.is_available() {
@@ -275,28 +294,42 @@ fn group_fn(ty: GgmlType, isa: Isa) -> GroupFn<BlockQ8> {
     }
 }
 
-/// The Q4_K group kernel for `isa`.
-fn group_fn_k(isa: Isa) -> GroupFn<BlockQ8K> {
+/// The K-quant group kernel of `layout` (Q4_K or Q6_K) for `isa`.
+fn group_fn_k(layout: GgmlType, isa: Isa) -> GroupFn<BlockQ8K> {
+    let q6 = layout == GgmlType::Q6_K;
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 && isa.is_available() {
         use crate::avx2_packed as k;
-        return match k::dot_level() {
-            k::EVEX => k::q4_k_evex,
-            k::VEX => k::q4_k_vnni,
-            _ => k::q4_k,
+        return match (q6, k::dot_level()) {
+            (false, k::EVEX) => k::q4_k_evex,
+            (false, k::VEX) => k::q4_k_vnni,
+            (false, _) => k::q4_k,
+            (true, k::EVEX) => k::q6_k_evex,
+            (true, k::VEX) => k::q6_k_vnni,
+            (true, _) => k::q6_k,
         };
     }
     let _ = isa;
-    crate::packed_k::scalar_group
+    if q6 {
+        crate::packed_k::scalar_group_q6
+    } else {
+        crate::packed_k::scalar_group
+    }
 }
 
-/// The two-group Q4_K kernel, where the CPU has AVX-512 (BW and VNNI) and `isa` may use it.
-fn pair_fn_k(isa: Isa) -> Option<PairFn<BlockQ8K>> {
+/// The two-group K-quant kernel of `layout`, where the CPU has AVX-512 (BW and VNNI) and `isa` may
+/// use it.
+fn pair_fn_k(layout: GgmlType, isa: Isa) -> Option<PairFn<BlockQ8K>> {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 && isa.is_available() && crate::avx2_packed::wide_available() {
-        return Some(crate::avx2_packed::q4_k_pair_evex);
+        use crate::avx2_packed as k;
+        return Some(if layout == GgmlType::Q6_K {
+            k::q6_k_pair_evex
+        } else {
+            k::q4_k_pair_evex
+        });
     }
-    let _ = isa;
+    let _ = (layout, isa);
     None
 }
 
@@ -346,7 +379,7 @@ pub fn matmul_packed_many_with(
     if m == 0 {
         return Ok(());
     }
-    let is_k = |p: &&Packed| p.layout == GgmlType::Q4_K;
+    let is_k = |p: &&Packed| is_kquant(p.layout);
     if ps.iter().any(is_k) && !ps.iter().all(is_k) {
         // Q4_K and the 32-wide formats quantize their activations differently: one by one.
         for (p, y) in ps.iter().zip(ys.iter_mut()) {
@@ -361,8 +394,9 @@ pub fn matmul_packed_many_with(
             _ => return Err(KernelError::Unsupported(ps[0].ty.name())),
         };
         let rows: Vec<&[BlockQ8K]> = acts.chunks_exact(k / QK_K).collect();
-        let kernel = group_fn_k(isa);
-        run_products(ps, &rows, ys, |_| (kernel, TILE), pair_fn_k(isa));
+        run_products(ps, &rows, ys, |p| {
+            (group_fn_k(p.layout, isa), TILE, pair_fn_k(p.layout, isa))
+        });
         return Ok(());
     }
     let acts = match act::quantize(act::ActKind::Q8, x, k) {
@@ -370,25 +404,20 @@ pub fn matmul_packed_many_with(
         _ => return Err(KernelError::Unsupported(ps[0].ty.name())),
     };
     let rows: Vec<&[BlockQ8]> = acts.chunks_exact(k / QK).collect();
-    run_products(
-        ps,
-        &rows,
-        ys,
-        |p| (group_fn(p.layout, isa), group_tile(p.layout, isa)),
-        None,
-    );
+    run_products(ps, &rows, ys, |p| {
+        (group_fn(p.layout, isa), group_tile(p.layout, isa), None)
+    });
     Ok(())
 }
 
 /// Every product of `ps` against the quantized activation `rows`, in one parallel section;
-/// `kernel_of(p)` gives a weight's group kernel and its tile; `pair`, where given, runs two groups
-/// at once in the row split (prefill).
+/// `kernel_of(p)` gives a weight's group kernel, its tile, and the two-group kernel that, where
+/// there is one, runs in the row split (prefill).
 fn run_products<A: Sync>(
     ps: &[&Packed],
     rows: &[&[A]],
     ys: &mut [&mut [f32]],
-    kernel_of: impl Fn(&Packed) -> (GroupFn<A>, usize) + Sync,
-    pair: Option<PairFn<A>>,
+    kernel_of: impl Fn(&Packed) -> Kernels<A> + Sync,
 ) {
     let m = rows.len();
     if m >= ROW_SPLIT_MIN {
@@ -403,7 +432,7 @@ fn run_products<A: Sync>(
         }
         tasks.into_par_iter().for_each(|(p, i0, yc)| {
             let take = yc.len() / p.n;
-            row_block_products(kernel_of(p), pair, p, &rows[i0..i0 + take], yc)
+            row_block_products(kernel_of(p), p, &rows[i0..i0 + take], yc)
         });
         return;
     }
@@ -422,9 +451,10 @@ fn run_products<A: Sync>(
             tasks.push((p, c * per_task, ts));
         }
     }
-    tasks
-        .into_par_iter()
-        .for_each(|(p, g0, ts)| group_products(kernel_of(p), p, g0, rows, ts));
+    tasks.into_par_iter().for_each(|(p, g0, ts)| {
+        let (kernel, tile, _) = kernel_of(p);
+        group_products((kernel, tile), p, g0, rows, ts)
+    });
     for ((p, yt), y) in ps.iter().zip(&yts).zip(ys.iter_mut()) {
         let n = p.n;
         for (g, gt) in yt.chunks_exact(m * ROWS).enumerate() {
@@ -463,8 +493,7 @@ fn group_bytes(p: &Packed) -> usize {
 
 /// Every group of `p` against the activation rows `rows`, written straight into `y` (`[rows][n]`).
 fn row_block_products<A>(
-    (kernel, tile): (GroupFn<A>, usize),
-    pair: Option<PairFn<A>>,
+    (kernel, tile, pair): Kernels<A>,
     p: &Packed,
     rows: &[&[A]],
     y: &mut [f32],

@@ -113,3 +113,95 @@ pub(crate) fn scalar_group(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; ROWS]]
         }
     }
 }
+
+/// Bytes of one packed Q6_K (group, super-block) chunk: the GGUF rows' own size.
+///
+/// | bytes | what |
+/// |---|---|
+/// | 0..16 | f16 `d` of rows 0..8 |
+/// | 16..144 | scale `i` (of values `16i..16i+16`), row `r` at `16 + 8i + r` (i8) |
+/// | 144..1680 | unit `(n, t)` (96 bytes) at `144 + 96·(8n + t)`: three 32-byte parts `A`, `B`, `H` |
+///
+/// Row `r`'s bytes `4r..4r+4` of `A`, `B` and `H` are its `ql[64n + 4t..]`, `ql[64n + 32 + 4t..]`
+/// and `qh[32n + 4t..]`: the 6-bit values `128n + 32j + 4t ..+4` for `j = 0..4` (GGUF's own
+/// split of low nibbles and high bit pairs), all of them in lane `t` of the row kernels.
+pub const KCHUNK6: usize = 144 + 16 * 96;
+
+/// Source bytes of one Q6_K super-block.
+const SRC6: usize = 210;
+
+/// Writes row `r`'s Q6_K super-block `src` into its group's chunk `dst`.
+pub(crate) fn pack_block_q6(src: &[u8], r: usize, dst: &mut [u8]) {
+    dst[2 * r..2 * r + 2].copy_from_slice(&src[208..SRC6]);
+    for i in 0..16 {
+        dst[16 + 8 * i + r] = src[192 + i];
+    }
+    for n in 0..2 {
+        for t in 0..8 {
+            let u = 144 + 96 * (8 * n + t) + 4 * r;
+            let ql = 64 * n + 4 * t;
+            dst[u..u + 4].copy_from_slice(&src[ql..ql + 4]);
+            dst[u + 32..u + 36].copy_from_slice(&src[ql + 32..ql + 36]);
+            let qh = 128 + 32 * n + 4 * t;
+            dst[u + 64..u + 68].copy_from_slice(&src[qh..qh + 4]);
+        }
+    }
+}
+
+/// Row `r`'s 256 Q6_K values (0..64, before the −32 offset) of one chunk, in element order.
+fn values_q6(c: &[u8], r: usize) -> [u8; QK_K] {
+    let mut q = [0u8; QK_K];
+    for n in 0..2 {
+        for t in 0..8 {
+            let u = 144 + 96 * (8 * n + t) + 4 * r;
+            for i in 0..4 {
+                let (a, b, h) = (c[u + i], c[u + 32 + i], c[u + 64 + i]);
+                let e = 128 * n + 4 * t + i;
+                q[e] = (a & 0x0F) | ((h & 3) << 4);
+                q[e + 32] = (b & 0x0F) | (((h >> 2) & 3) << 4);
+                q[e + 64] = (a >> 4) | (((h >> 4) & 3) << 4);
+                q[e + 96] = (b >> 4) | (((h >> 6) & 3) << 4);
+            }
+        }
+    }
+    q
+}
+
+/// Row `r`'s values of one Q6_K chunk dequantized (`cinder_gguf`'s formula, operation for
+/// operation: `d · scale · (q − 32)`).
+pub(crate) fn dequantize_block_q6(c: &[u8], r: usize, y: &mut [f32]) {
+    let d = f16_at(c, 2 * r);
+    let q = values_q6(c, r);
+    for (e, v) in y.iter_mut().enumerate().take(QK_K) {
+        let sc = c[16 + 8 * (e / 16) + r] as i8 as f32;
+        *v = d * sc * (q[e] as i32 - 32) as f32;
+    }
+}
+
+/// The portable twin of the Q6_K group kernels, as [`crate::scalar::dot_q6_k`] per row.
+pub(crate) fn scalar_group_q6(gw: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; ROWS]]) {
+    for (xr, o) in x.iter().zip(out.iter_mut()) {
+        for (r, v) in o.iter_mut().enumerate() {
+            let mut acc = [0.0f32; 8];
+            for (c, xb) in gw.chunks_exact(KCHUNK6).zip(xr.iter()) {
+                let q = values_q6(c, r);
+                let mut lanes = [0i32; 8];
+                for s in 0..8 {
+                    for (t, lane) in lanes.iter_mut().enumerate() {
+                        let base = 32 * s + 4 * t;
+                        let sc = c[16 + 8 * (base / 16) + r] as i8 as i32;
+                        let p: i32 = (base..base + 4)
+                            .map(|i| (q[i] as i32 - 32) * xb.qs[i] as i32)
+                            .sum();
+                        *lane += sc * p;
+                    }
+                }
+                let d = xb.d * f16_at(c, 2 * r);
+                for (a, l) in acc.iter_mut().zip(lanes) {
+                    *a = d.mul_add(l as f32, *a);
+                }
+            }
+            *v = hsum8(acc);
+        }
+    }
+}

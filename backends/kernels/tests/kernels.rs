@@ -375,15 +375,21 @@ fn packed_rows_equal_the_reference_dequantizer() {
     }
 }
 
-/// Packed Q4_K (x86-64): every output equals the row-at-a-time scalar `dot_q4_k` of its GGUF row
+/// Packed Q4_K and Q6_K (x86-64): every output equals the row-at-a-time scalar dot of its GGUF row
 /// bit for bit, on every instruction set, batch size (group calls of 1–4 rows, the row split of
 /// prefill) and a row count that is not a multiple of 8; rows read back equal the reference
 /// dequantizer; mixed with a 32-wide format in one call, each output equals its own product.
 #[test]
 #[cfg(target_arch = "x86_64")]
-fn packed_q4_k_equals_row_dots_bit_for_bit() {
+fn packed_k_quants_equal_row_dots_bit_for_bit() {
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        packed_k_quant_case(ty);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn packed_k_quant_case(ty: GgmlType) {
     let mut rng = StdRng::seed_from_u64(14);
-    let ty = GgmlType::Q4_K;
     let (n, k) = (45, 512);
     let wd = random_weights(ty, n, k, &mut rng);
     let w = Weights {
@@ -405,14 +411,20 @@ fn packed_q4_k_equals_row_dots_bit_for_bit() {
             cinder_kernels::matmul_packed_with(isa, &p, &x, m, &mut y).unwrap();
             for i in 0..m {
                 for r in 0..n {
-                    let want = cinder_kernels::scalar::dot_q4_k(
+                    let dot = if ty == GgmlType::Q4_K {
+                        cinder_kernels::scalar::dot_q4_k
+                    } else {
+                        cinder_kernels::scalar::dot_q6_k
+                    };
+                    let want = dot(
                         &wd[r * rb..(r + 1) * rb],
                         &a[i * k / 256..(i + 1) * k / 256],
                     );
                     assert_eq!(
                         y[i * n + r].to_bits(),
                         want.to_bits(),
-                        "Q4_K {isa:?} m={m} row {i} output {r}"
+                        "{} {isa:?} m={m} row {i} output {r}",
+                        ty.name()
                     );
                 }
             }
@@ -424,8 +436,8 @@ fn packed_q4_k_equals_row_dots_bit_for_bit() {
     let mut want = vec![0.0; rows.len() * k];
     cinder_kernels::dequantize_rows(w, &rows, &mut want).unwrap();
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(&got), bits(&want), "Q4_K rows");
-    // Q4_K beside Q8_0 in one call (their activations are quantized apart).
+    assert_eq!(bits(&got), bits(&want), "{} rows", ty.name());
+    // A K-quant beside Q8_0 in one call (their activations are quantized apart).
     let q8 = random_weights(GgmlType::Q8_0, 16, k, &mut rng);
     let p8 = cinder_kernels::Packed::new(Weights {
         ty: GgmlType::Q8_0,
