@@ -223,55 +223,145 @@ mod avx2 {
         }
     }
 
-    /// See [`super::qk`]. Each K row is widened once per 8 values and multiplies every query.
+    /// See [`super::qk`]. Two K rows at a time, each widened once per 8 values and multiplied with
+    /// every query (one accumulator per query and row: the same sums as one row at a time).
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn qk(q: &[f32], hd: usize, runs: &[KvRun<'_>], n: usize, s: &mut [f32]) {
         let nq = q.len() / hd;
         debug_assert!(nq <= NQ && s.len() >= nq * n);
-        let mut j = 0;
-        for run in runs {
-            for kr in run.k.chunks_exact(hd) {
-                let mut acc = [_mm256_setzero_ps(); NQ];
-                for c in (0..hd).step_by(8) {
-                    // SAFETY: c + 8 <= hd = kr.len(), and each query row holds hd values.
-                    unsafe {
-                        let kv = load_h(kr.as_ptr().add(c));
-                        for (qi, a) in acc.iter_mut().enumerate().take(nq) {
-                            let qv = _mm256_loadu_ps(q.as_ptr().add(qi * hd + c));
-                            *a = _mm256_fmadd_ps(qv, kv, *a);
-                        }
-                    }
-                }
-                for (qi, a) in acc.iter().enumerate().take(nq) {
-                    s[qi * n + j] = hsum(*a);
-                }
-                j += 1;
+        // SAFETY (all arms): as for `qk_rows`.
+        unsafe {
+            match nq {
+                1 => qk_rows::<1>(q, hd, runs, n, s),
+                2 => qk_rows::<2>(q, hd, runs, n, s),
+                3 => qk_rows::<3>(q, hd, runs, n, s),
+                _ => qk_rows::<4>(q, hd, runs, n, s),
             }
         }
     }
 
-    /// See [`super::pv`]. Per 8 output columns, each V row is widened once and feeds every query.
+    /// [`qk`] for `Q` queries: rows in pairs inside each run, a run's odd last row alone.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn qk_rows<const Q: usize>(
+        q: &[f32],
+        hd: usize,
+        runs: &[KvRun<'_>],
+        n: usize,
+        s: &mut [f32],
+    ) {
+        // SAFETY: every pointer stays inside its run's rows (r, and r + 1 only when `two`) or a
+        // query row of hd values, for c + 8 <= hd.
+        unsafe {
+            let mut j = 0;
+            for run in runs {
+                let rows = run.k.len() / hd;
+                let mut r = 0;
+                while r < rows {
+                    let two = r + 1 < rows;
+                    let k0 = run.k.as_ptr().add(r * hd);
+                    let k1 = run.k.as_ptr().add((r + usize::from(two)) * hd);
+                    let mut acc = [[_mm256_setzero_ps(); 2]; Q];
+                    for c in (0..hd).step_by(8) {
+                        // SAFETY: c + 8 <= hd, rows r and r + 1 (when `two`) are inside the run, and
+                        // each query row holds hd values.
+                        let kv = [load_h(k0.add(c)), load_h(k1.add(c))];
+                        for (qi, a) in acc.iter_mut().enumerate() {
+                            let qv = _mm256_loadu_ps(q.as_ptr().add(qi * hd + c));
+                            a[0] = _mm256_fmadd_ps(qv, kv[0], a[0]);
+                            a[1] = _mm256_fmadd_ps(qv, kv[1], a[1]);
+                        }
+                    }
+                    for (qi, a) in acc.iter().enumerate() {
+                        s[qi * n + j] = hsum(a[0]);
+                        if two {
+                            s[qi * n + j + 1] = hsum(a[1]);
+                        }
+                    }
+                    let step = 1 + usize::from(two);
+                    j += step;
+                    r += step;
+                }
+            }
+        }
+    }
+
+    /// See [`super::pv`]. Per block of output columns (32 for up to 2 queries, 16 for more: the
+    /// accumulators stay in the 16 registers), each V row is widened once and feeds every query;
+    /// each (query, column) sums its rows in position order, as one column block at a time does.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn pv(p: &[f32], n: usize, runs: &[KvRun<'_>], hd: usize, o: &mut [f32]) {
         let nq = o.len() / hd;
         debug_assert!(nq <= NQ && p.len() >= nq * n);
-        for c in (0..hd).step_by(8) {
-            let mut acc = [_mm256_setzero_ps(); NQ];
+        // SAFETY (all arms): as for `pv_cols`.
+        unsafe {
+            match nq {
+                1 => pv_cols::<1, 4>(p, n, runs, hd, o),
+                2 => pv_cols::<2, 4>(p, n, runs, hd, o),
+                3 => pv_cols::<3, 2>(p, n, runs, hd, o),
+                _ => pv_cols::<4, 2>(p, n, runs, hd, o),
+            }
+        }
+    }
+
+    /// [`pv`] for `Q` queries, `W` blocks of 8 columns per pass over the rows (fewer at the end).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn pv_cols<const Q: usize, const W: usize>(
+        p: &[f32],
+        n: usize,
+        runs: &[KvRun<'_>],
+        hd: usize,
+        o: &mut [f32],
+    ) {
+        let chunks = hd / 8;
+        let mut c0 = 0;
+        while c0 < chunks {
+            // SAFETY: the blocks passed end at or before `chunks` (hd / 8); the caller's contract
+            // covers the rest.
+            if chunks - c0 >= W {
+                unsafe { pv_pass::<Q, W>(p, n, runs, hd, o, c0) };
+                c0 += W;
+            } else {
+                unsafe { pv_pass::<Q, 1>(p, n, runs, hd, o, c0) };
+                c0 += 1;
+            }
+        }
+    }
+
+    /// Column blocks `c0..c0 + W` (of 8) of every query's output, over all rows.
+    #[inline(always)]
+    unsafe fn pv_pass<const Q: usize, const W: usize>(
+        p: &[f32],
+        n: usize,
+        runs: &[KvRun<'_>],
+        hd: usize,
+        o: &mut [f32],
+        c0: usize,
+    ) {
+        // SAFETY: (c0 + W) · 8 <= hd for every V row and output row; j < n indexes p's rows.
+        unsafe {
+            let mut acc = [[_mm256_setzero_ps(); W]; Q];
             let mut j = 0;
             for run in runs {
                 for vr in run.v.chunks_exact(hd) {
-                    // SAFETY: c + 8 <= hd = vr.len(); j < n indexes p's rows.
-                    let vv = unsafe { load_h(vr.as_ptr().add(c)) };
-                    for (qi, a) in acc.iter_mut().enumerate().take(nq) {
-                        let w = _mm256_set1_ps(p[qi * n + j]);
-                        *a = _mm256_fmadd_ps(w, vv, *a);
+                    // SAFETY: (c0 + W) · 8 <= hd = vr.len(); j < n indexes p's rows.
+                    let vv: [__m256; W] =
+                        std::array::from_fn(|w| load_h(vr.as_ptr().add(8 * (c0 + w))));
+                    for (qi, a) in acc.iter_mut().enumerate() {
+                        let wgt = _mm256_set1_ps(p[qi * n + j]);
+                        for w in 0..W {
+                            a[w] = _mm256_fmadd_ps(wgt, vv[w], a[w]);
+                        }
                     }
                     j += 1;
                 }
             }
-            for (qi, a) in acc.iter().enumerate().take(nq) {
-                // SAFETY: c + 8 <= hd, inside row qi of o.
-                unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(qi * hd + c), *a) };
+            for (qi, a) in acc.iter().enumerate() {
+                for (w, v) in a.iter().enumerate() {
+                    // SAFETY: (c0 + w) · 8 + 8 <= hd, inside row qi of o.
+                    _mm256_storeu_ps(o.as_mut_ptr().add(qi * hd + 8 * (c0 + w)), *v);
+                }
             }
         }
     }
@@ -390,7 +480,14 @@ mod tests {
                 .map(|_| f16::from_f32(rng.random_range(-2.0..2.0)))
                 .collect()
         };
-        for (hd, nq, n) in [(64, 4, 37), (256, 3, 16), (8, 1, 5)] {
+        for (hd, nq, n) in [
+            (64, 4, 37),
+            (256, 3, 16),
+            (8, 1, 5),
+            (128, 2, 33),
+            (40, 1, 17),
+            (24, 3, 2),
+        ] {
             let (k, v) = (halves(n * hd), halves(n * hd));
             let q: Vec<f32> = halves(nq * hd).iter().map(|x| x.to_f32()).collect();
             let p: Vec<f32> = halves(nq * n).iter().map(|x| x.to_f32()).collect();
