@@ -87,14 +87,11 @@ pub fn quantize_q8(x: &[f32]) -> BlockQ8 {
 
 /// Quantizes one 256-value super-block (`x.len() == 256`).
 pub fn quantize_q8k(x: &[f32]) -> BlockQ8K {
-    let mut amax = 0.0f32;
-    let mut max = 0.0f32;
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    // The value of largest magnitude, the first if several tie (ggml's scan keeps the first): the
+    // magnitude by a max-reduction (which vectorizes; NaNs are skipped as the scan skips them), then
+    // the first value reaching it. A scan carrying both through one loop ran serially.
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
     let mut b = BlockQ8K {
         qs: [0; QK_K],
         bsums: [0; QK_K / 16],
