@@ -41,17 +41,6 @@ fn data(file: &str) -> String {
     std::fs::read_to_string(path).expect("reference file")
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
-}
-
 /// The bar of a model on a backend.
 fn bar(kind: BackendKind, int8: bool) -> f64 {
     if int8 || !kind.is_cpu() {

@@ -35,17 +35,6 @@ fn reference() -> Reference {
     serde_json::from_str(&std::fs::read_to_string(path).expect("reference file")).expect("json")
 }
 
-fn cosine(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| f64::from(*x) * f64::from(*y))
-        .sum();
-    let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
-    dot / (na * nb)
-}
-
 fn load<B: InferenceBackend>(path: &Path, device: &B::Device) -> Result<Embedder<B>, String> {
     cinder::importer::load_text_embedder::<B>(MODEL, path, device).map_err(|e| e.to_string())
 }

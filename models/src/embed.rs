@@ -69,6 +69,20 @@ pub(crate) fn input_err(reason: String) -> ModelError {
     ModelError::Input(reason)
 }
 
+/// A request's texts: at most [`MAX_INPUTS`], none empty (shared with [`crate::gemma3_embed`]).
+pub(crate) fn check_texts(texts: &[&str]) -> Result<()> {
+    if texts.len() > MAX_INPUTS {
+        return Err(input_err(format!(
+            "{} texts in one request; at most {MAX_INPUTS} are accepted",
+            texts.len()
+        )));
+    }
+    if let Some(i) = texts.iter().position(|t| t.trim().is_empty()) {
+        return Err(input_err(format!("text {i} is empty")));
+    }
+    Ok(())
+}
+
 /// A sentence-embedding model ready to encode text.
 #[derive(Debug)]
 pub struct SentenceEmbedder<B: InferenceBackend> {
@@ -181,15 +195,7 @@ impl<B: InferenceBackend> SentenceEmbedder<B> {
 
     /// One vector per text, in input order; L2-normalized when `normalize` is set.
     pub fn embed(&self, texts: &[&str], normalize: bool) -> Result<Vec<Vec<f32>>> {
-        if texts.len() > MAX_INPUTS {
-            return Err(input_err(format!(
-                "{} texts in one request; at most {MAX_INPUTS} are accepted",
-                texts.len()
-            )));
-        }
-        if let Some(i) = texts.iter().position(|t| t.trim().is_empty()) {
-            return Err(input_err(format!("text {i} is empty")));
-        }
+        check_texts(texts)?;
         let encodings = self
             .tokenizer
             .encode_batch(texts.to_vec(), true)

@@ -21,7 +21,7 @@ use cinder_runtime::model::CausalLm;
 use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::decoder::LanguageModel;
-use crate::embed::{MAX_INPUTS, Pooling, input_err};
+use crate::embed::{Pooling, check_texts, input_err};
 use crate::error::{ModelError, Result};
 use crate::gemma3::Gemma3;
 
@@ -219,15 +219,7 @@ impl<B: InferenceBackend> Gemma3Embedder<B> {
 
     /// One vector per text, in input order; L2-normalized when `normalize`.
     pub fn embed(&self, texts: &[&str], normalize: bool) -> Result<Vec<Vec<f32>>> {
-        if texts.len() > MAX_INPUTS {
-            return Err(input_err(format!(
-                "{} texts in one request; at most {MAX_INPUTS} are accepted",
-                texts.len()
-            )));
-        }
-        if let Some(i) = texts.iter().position(|t| t.trim().is_empty()) {
-            return Err(input_err(format!("text {i} is empty")));
-        }
+        check_texts(texts)?;
         let ids: Vec<Vec<u32>> = texts
             .iter()
             .map(|t| self.token_ids(t))

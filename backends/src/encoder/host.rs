@@ -361,49 +361,16 @@ pub fn host_encoder_attention_packed<B: Backend>(
     lengths: &[usize],
     heads: usize,
 ) -> Tensor<B, 2> {
-    let [n, width] = q.dims();
-    assert_eq!(
-        lengths.iter().sum::<usize>(),
-        n,
-        "encoder_attention_packed: lengths do not sum to the rows"
-    );
-    let device = q.device();
-    let hd = width / heads;
-    let (q, k, v) = (host_values(q), host_values(k), host_values(v));
-    let scale = 1.0 / (hd as f32).sqrt();
-    let starts: Vec<usize> = lengths
-        .iter()
-        .scan(0, |acc, &l| {
-            let s = *acc;
-            *acc += l;
-            Some(s)
-        })
-        .collect();
-    let parts: Vec<(usize, usize, Vec<f32>)> = (0..lengths.len() * heads)
-        .into_par_iter()
-        .map(|job| {
-            let (s, h) = (job / heads, job % heads);
-            let len = lengths[s];
-            let mut out = vec![0.0f32; len * hd];
-            attend_head(
-                (&q, &k, &v),
-                &mut out,
-                starts[s] * width + h * hd,
-                (len, len),
-                (width, hd),
-                scale,
-            );
-            (s, h, out)
-        })
-        .collect();
-    let mut ctx = vec![0.0f32; n * width];
-    for (s, h, out) in parts {
-        for (i, row) in out.chunks_exact(hd).enumerate() {
-            let o = (starts[s] + i) * width + h * hd;
-            ctx[o..o + hd].copy_from_slice(row);
-        }
-    }
-    Tensor::from_data(TensorData::new(ctx, [n, width]), &device)
+    // BERT's attention is the windowed one with as many KV heads as query heads, no window and
+    // the usual 1/√hd scale.
+    let hd = q.dims()[1] / heads;
+    let p = EncoderAttention {
+        heads,
+        kv_heads: heads,
+        scale: 1.0 / (hd as f32).sqrt(),
+        window: None,
+    };
+    host_encoder_attention_windowed(q, k, v, lengths, &p)
 }
 
 /// Host attention: one task per (sequence, head); each query attends to that sequence's unpadded
