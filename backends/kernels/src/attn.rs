@@ -6,14 +6,15 @@
 //! Arithmetic as llama.cpp's CPU graph does it without flash attention, and as the scalar
 //! reference here spells out: the query is f16-representable (the caller rounds it), `q·k` sums in
 //! 8 lanes (lane `l` takes elements `l, l+8, …`) reduced as `((a0+a4)+(a1+a5))+((a2+a6)+(a3+a7))`,
-//! the exponential sum in f64, the probabilities rounded to f16 before the product with V, and V
-//! accumulated row by row in position order. Products of two f16 values are exact in f32, so a
-//! fused multiply-add gives the same result as a multiply then an add: the AVX2 and NEON paths
-//! equal the scalar one bit for bit (tested).
+//! the exponential and its sum as [`crate::softmax`] computes them, the probabilities rounded to
+//! f16 before the product with V, and V accumulated row by row in position order. Products of two
+//! f16 values are exact in f32, so a fused multiply-add gives the same result as a multiply then an
+//! add: the AVX2 and NEON paths equal the scalar one bit for bit (tested).
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use crate::Isa;
+use crate::softmax::softmax_f16;
 
 /// K and V rows `[rows, head_dim]` of one KV head for consecutive positions (one cache block's
 /// share of the visible range; runs are given in position order).
@@ -62,21 +63,7 @@ pub fn attend_f16(
     }
     // 2. softmax per query, probabilities rounded to f16
     for row in scores.chunks_exact_mut(n) {
-        let mut max = f32::NEG_INFINITY;
-        for x in row.iter_mut() {
-            *x *= params.scale;
-            if let Some(cap) = params.softcap {
-                *x = (*x / cap).tanh() * cap;
-            }
-            max = max.max(*x);
-        }
-        let mut sum = 0.0f64;
-        for x in row.iter_mut() {
-            *x = (*x - max).exp();
-            sum += *x as f64;
-        }
-        let inv = (1.0 / sum) as f32;
-        scale_round_f16(isa, row, inv);
+        softmax_f16(isa, row, params);
     }
     // 3. out[qi] = Σ_j p[qi][j] · v_j
     for (pc, oc) in scores.chunks(NQ * n).zip(out.chunks_mut(NQ * hd)) {
@@ -86,7 +73,7 @@ pub fn attend_f16(
 
 /// `x[i] = f16(x[i] · s)` widened back to f32 (IEEE round to nearest even both ways, so the F16C
 /// conversion equals the portable one).
-fn scale_round_f16(isa: Isa, x: &mut [f32], s: f32) {
+pub(crate) fn scale_round_f16(isa: Isa, x: &mut [f32], s: f32) {
     #[cfg(target_arch = "x86_64")]
     if isa == Isa::Avx2 && isa.is_available() {
         // SAFETY: AVX2, FMA and F16C confirmed above.

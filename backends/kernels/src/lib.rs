@@ -26,6 +26,7 @@ mod neon_packed;
 pub mod packed;
 mod packed_k;
 pub mod scalar;
+pub mod softmax;
 
 pub use packed::{Packed, matmul_packed_many_with, matmul_packed_with};
 

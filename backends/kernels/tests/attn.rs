@@ -104,3 +104,21 @@ fn empty_inputs_give_zeros() {
     );
     assert!(out.iter().all(|&x| x == 0.0));
 }
+
+/// Cinder's exponential is within 2 ulp of libm's over the softmax domain, flushes below -87, and
+/// is exactly 1 at 0.
+#[test]
+fn exponential_is_within_two_ulp_of_libm() {
+    use cinder_kernels::softmax::exp_nonpositive;
+    assert_eq!(exp_nonpositive(0.0), 1.0);
+    assert_eq!(exp_nonpositive(-87.5), 0.0);
+    assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
+    let mut worst = 0u32;
+    let mut x = -87.0f32;
+    while x <= 0.0 {
+        let (got, want) = (exp_nonpositive(x), x.exp());
+        worst = worst.max(got.to_bits().abs_diff(want.to_bits()));
+        x += 1.3e-4;
+    }
+    assert!(worst <= 2, "worst {worst} ulp");
+}
