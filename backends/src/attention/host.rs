@@ -10,7 +10,8 @@ use rayon::prelude::*;
 use super::{AttentionParams, KvOps, KvShape, PagedBatch, SeqSlice, check_alloc};
 use crate::BackendError;
 use crate::host::host_values;
-use cinder_kernels::attn::{KvRun, ScoreParams, attend_f16};
+use cinder_kernels::attn::{KvRun, ScoreParams};
+use cinder_kernels::attn_rows::{RowsScratch, attend_f16_rows};
 
 /// One layer's paged K/V in host memory, in f16 as llama.cpp keeps its KV cache (half the memory of
 /// f32, and the rounding its reference outputs were made with), layout `[block, kv_head, slot,
@@ -66,19 +67,15 @@ pub(crate) fn host_kv_copy_block<D>(kv: &mut HostKv<D>, src: u32, dst: u32) {
     kv.v.copy_within(s..s + len, d);
 }
 
-/// Rounds to f16 and back (what ggml's f16 matmuls do to their f32 operand).
-#[inline]
-fn r16(x: f32) -> f32 {
-    f16::from_f32(x).to_f32()
-}
-
 /// The CPU paged-attention kernel. `q` `[1, h, T, hd]`, `k`/`v` `[1, kvh, T, hd]` (the batch's new
 /// tokens, written into the store first); returns `[1, h, T, hd]`.
 ///
 /// Arithmetic as llama.cpp's CPU graph does it (no flash attention): K/V stored in f16, the query
-/// rounded to f16 for `q·k` (f32 sums), softmax in f32 with the exponential sum in f64, the
-/// probabilities rounded to f16 for the product with V (f32 sums). One task per (sequence, KV head):
-/// its K/V rows are widened to f32 once and serve every query head of the group.
+/// rounded to f16 for `q·k` (f32 sums), softmax in f32 (a vectorized exponential, as ggml's) with
+/// the exponential sum in f64, the probabilities rounded to f16 for the product with V (f32 sums).
+/// One task per (sequence, KV head), or per run of its queries when there are few such tasks: in a
+/// decode step each K/V row is widened to f32 once for every query head of the group; in a prefill
+/// chunk or a verify, once per block of [`BLOCK_POSITIONS`] positions, into f32 tiles.
 pub(crate) fn host_paged_attention<B: Backend>(
     kv: &mut HostKv<B::Device>,
     q: Tensor<B, 4>,
@@ -176,10 +173,15 @@ pub(crate) fn host_paged_attention<B: Backend>(
     Tensor::<B, 4>::from_data(TensorData::new(out, [1, t, h, hd]), &kv.device).swap_dims(1, 2)
 }
 
+/// Positions attended together: their K/V rows are widened to f32 once per block
+/// (`cinder_kernels::attn_rows`), and 16 positions of a 2-head group keep 32 query rows on a tile.
+const BLOCK_POSITIONS: usize = 16;
+
 /// Queries `queries` (of `0..q_len`) of one sequence, for the `group` query heads sharing KV head
 /// `g`: `[queries.len(), group, hd]` (`qs` is `[T, h, hd]`).
-/// The math is [`cinder_kernels::attn::attend_f16`]; this walks the block table into runs of
-/// contiguous rows (a head's slots inside a block are adjacent) and rounds the queries to f16.
+/// The math is [`cinder_kernels::attn::attend_f16`] per query; this walks the block table into runs
+/// of contiguous rows (a head's slots inside a block are adjacent), rounds the queries to f16, and
+/// hands over [`BLOCK_POSITIONS`] positions at a time with each one's visible span.
 #[allow(clippy::too_many_arguments)]
 fn attend_group<D>(
     kv: &HostKv<D>,
@@ -201,14 +203,22 @@ fn attend_group<D>(
     };
     let i0 = queries.start;
     let mut out = vec![0.0f32; group * queries.len() * hd];
-    let mut qr = vec![0.0f32; group * hd];
-    let mut scores = Vec::new();
+    let mut qr = Vec::new();
+    let mut half16: Vec<f16> = Vec::new();
+    let mut spans = Vec::new();
+    let mut scratch = RowsScratch::default();
     let mut runs: Vec<KvRun<'_>> = Vec::new();
-    for i in queries {
-        let row = s.q_start + i;
-        let pos = s.past + i;
-        // Visible positions lo..hi as runs of slots inside blocks.
-        let (lo, hi) = (params.first_visible(pos), pos + 1);
+    let mut b0 = queries.start;
+    while b0 < queries.end {
+        let b1 = (b0 + BLOCK_POSITIONS).min(queries.end);
+        // Positions lo..hi that some query of the block sees, as runs of slots inside blocks.
+        let (lo, hi) = (
+            (b0..b1)
+                .map(|i| params.first_visible(s.past + i))
+                .min()
+                .unwrap_or(0),
+            s.past + b1,
+        );
         runs.clear();
         let mut j = lo;
         while j < hi {
@@ -221,22 +231,35 @@ fn attend_group<D>(
             });
             j = end;
         }
-        for (gi, q) in qr.chunks_exact_mut(hd).enumerate() {
-            let head = g * group + gi;
-            let src = &qs[(row * h + head) * hd..(row * h + head + 1) * hd];
-            for (d, &x) in q.iter_mut().zip(src) {
-                *d = r16(x);
+        qr.clear();
+        spans.clear();
+        for i in b0..b1 {
+            let (row, pos) = (s.q_start + i, s.past + i);
+            let span = params.first_visible(pos) - lo..pos + 1 - lo;
+            for gi in 0..group {
+                let head = g * group + gi;
+                let src = &qs[(row * h + head) * hd..(row * h + head + 1) * hd];
+                // rounded to f16 and back, a row at a time (the slice conversions are vectorized)
+                let at = qr.len();
+                qr.resize(at + hd, 0.0);
+                half16.clear();
+                half16.resize(hd, f16::ZERO);
+                half16.convert_from_f32_slice(src);
+                half16.convert_to_f32_slice(&mut qr[at..]);
+                spans.push(span.clone());
             }
         }
-        attend_f16(
+        attend_f16_rows(
             isa,
             &qr,
             hd,
+            &spans,
             &runs,
             sp,
-            &mut scores,
-            &mut out[(i - i0) * group * hd..(i - i0 + 1) * group * hd],
+            &mut scratch,
+            &mut out[(b0 - i0) * group * hd..(b1 - i0) * group * hd],
         );
+        b0 = b1;
     }
     out
 }
