@@ -412,7 +412,8 @@ pub fn matmul_packed_many_with(
 
 /// Every product of `ps` against the quantized activation `rows`, in one parallel section;
 /// `kernel_of(p)` gives a weight's group kernel, its tile, and the two-group kernel that, where
-/// there is one, runs in the row split (prefill).
+/// there is one, runs in both splits (a decode step's 512-bit pass over two groups costs about as
+/// much as one 256-bit pass over one).
 fn run_products<A: Sync>(
     ps: &[&Packed],
     rows: &[&[A]],
@@ -451,10 +452,9 @@ fn run_products<A: Sync>(
             tasks.push((p, c * per_task, ts));
         }
     }
-    tasks.into_par_iter().for_each(|(p, g0, ts)| {
-        let (kernel, tile, _) = kernel_of(p);
-        group_products((kernel, tile), p, g0, rows, ts)
-    });
+    tasks
+        .into_par_iter()
+        .for_each(|(p, g0, ts)| group_products(kernel_of(p), p, g0, rows, ts));
     for ((p, yt), y) in ps.iter().zip(&yts).zip(ys.iter_mut()) {
         let n = p.n;
         for (g, gt) in yt.chunks_exact(m * ROWS).enumerate() {
@@ -531,9 +531,10 @@ fn row_block_products<A>(
     }
 }
 
-/// Groups `g0..` of `p` against every activation row: `ts` is `[groups][m][8]`.
+/// Groups `g0..` of `p` against every activation row: `ts` is `[groups][m][8]`. Where there is a
+/// two-group kernel, groups go through it two at a time (its outputs equal the one-group kernel's).
 fn group_products<A>(
-    (kernel, tile): (GroupFn<A>, usize),
+    (kernel, tile, pair): Kernels<A>,
     p: &Packed,
     g0: usize,
     rows: &[&[A]],
@@ -541,10 +542,28 @@ fn group_products<A>(
 ) {
     let m = rows.len();
     let gbytes = group_bytes(p);
-    for (o, t) in ts.chunks_exact_mut(m * ROWS).enumerate() {
+    let gw = |g: usize| &p.data[g * gbytes..(g + 1) * gbytes];
+    let mut chunks = ts.chunks_exact_mut(m * ROWS).enumerate();
+    while let Some((o, t)) = chunks.next() {
         let g = g0 + o;
-        let gw = &p.data[g * gbytes..(g + 1) * gbytes];
-        group_against_rows(kernel, tile, gw, rows, |i, o8| {
+        if let Some(pair) = pair {
+            if let Some((_, t1)) = chunks.next() {
+                let mut j = 0;
+                while j < m {
+                    let take = TILE.min(m - j);
+                    let mut out = [[0.0f32; 2 * ROWS]; TILE];
+                    pair(gw(g), gw(g + 1), &rows[j..j + take], &mut out[..take]);
+                    for (jj, o16) in out[..take].iter().enumerate() {
+                        let i = j + jj;
+                        t[i * ROWS..(i + 1) * ROWS].copy_from_slice(&o16[..ROWS]);
+                        t1[i * ROWS..(i + 1) * ROWS].copy_from_slice(&o16[ROWS..]);
+                    }
+                    j += take;
+                }
+                continue;
+            }
+        }
+        group_against_rows(kernel, tile, gw(g), rows, |i, o8| {
             t[i * ROWS..(i + 1) * ROWS].copy_from_slice(o8)
         });
     }
