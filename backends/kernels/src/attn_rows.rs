@@ -167,6 +167,37 @@ fn seen(spans: &[Range<usize>], t0: usize, t1: usize) -> Range<usize> {
     lo..hi.max(lo)
 }
 
+/// Walks the `n` shared rows (keys or values) in tiles of [`TILE`] widened rows and, for each
+/// pass of [`QR`] query rows that sees some of a tile, calls `f(g0, g1, j0, rows)` with the
+/// widened rows `j0..` that the pass sees.
+#[cfg(target_arch = "x86_64")]
+fn each_tile(
+    runs: &[KvRun<'_>],
+    keys: bool,
+    hd: usize,
+    n: usize,
+    spans: &[Range<usize>],
+    tile: &mut Vec<f32>,
+    mut f: impl FnMut(usize, usize, usize, &[f32]),
+) {
+    for t0 in (0..n).step_by(TILE) {
+        let t1 = (t0 + TILE).min(n);
+        widen(runs, keys, hd, t0, t1, tile);
+        for g0 in (0..spans.len()).step_by(QR) {
+            let g1 = (g0 + QR).min(spans.len());
+            let r = seen(&spans[g0..g1], t0, t1);
+            if !r.is_empty() {
+                f(
+                    g0,
+                    g1,
+                    r.start,
+                    &tile[(r.start - t0) * hd..(r.end - t0) * hd],
+                );
+            }
+        }
+    }
+}
+
 /// The AVX2 path: scores tile by tile, softmax per row, then `p · v` tile by tile.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
@@ -185,31 +216,12 @@ fn tiled(
     scores.clear();
     scores.resize(m * n, 0.0);
     // 1. scores[i][j] = q_i · k_j for the rows a pass of QR query rows sees
-    for t0 in (0..n).step_by(TILE) {
-        let t1 = (t0 + TILE).min(n);
-        widen(runs, true, hd, t0, t1, tile);
-        for g0 in (0..m).step_by(QR) {
-            let g1 = (g0 + QR).min(m);
-            let r = seen(&spans[g0..g1], t0, t1);
-            if r.is_empty() {
-                continue;
-            }
-            let k = &tile[(r.start - t0) * hd..(r.end - t0) * hd];
-            // SAFETY: AVX2, FMA and F16C were confirmed by the caller; hd is a multiple of 8, `k`
-            // is whole rows, q holds rows g0..g1 and scores rows g0..g1 of n values each, with
-            // r.end <= n.
-            unsafe {
-                avx2::qk(
-                    &q[g0 * hd..g1 * hd],
-                    hd,
-                    k,
-                    n,
-                    r.start,
-                    &mut scores[g0 * n..],
-                )
-            };
-        }
-    }
+    each_tile(runs, true, hd, n, spans, tile, |g0, g1, j0, k| {
+        // SAFETY: AVX2, FMA and F16C were confirmed by the caller; hd is a multiple of 8, `k` is
+        // whole rows, q holds rows g0..g1 and scores rows g0..g1 of n values each, with
+        // j0 + k.len() / hd <= n.
+        unsafe { avx2::qk(&q[g0 * hd..g1 * hd], hd, k, n, j0, &mut scores[g0 * n..]) };
+    });
     // 2. softmax over each row's span; the rest of its row becomes exact zeros
     for (row, span) in scores.chunks_exact_mut(n).zip(spans) {
         if !span.is_empty() {
@@ -219,29 +231,10 @@ fn tiled(
         row[span.end..].fill(0.0);
     }
     // 3. out[i] += Σ_j p[i][j] · v_j in position order, tile after tile
-    for t0 in (0..n).step_by(TILE) {
-        let t1 = (t0 + TILE).min(n);
-        widen(runs, false, hd, t0, t1, tile);
-        for g0 in (0..m).step_by(QR) {
-            let g1 = (g0 + QR).min(m);
-            let r = seen(&spans[g0..g1], t0, t1);
-            if r.is_empty() {
-                continue;
-            }
-            let v = &tile[(r.start - t0) * hd..(r.end - t0) * hd];
-            // SAFETY: as for the scores; out holds rows g0..g1 of hd values.
-            unsafe {
-                avx2::pv(
-                    &scores[g0 * n..],
-                    n,
-                    r.start,
-                    v,
-                    hd,
-                    &mut out[g0 * hd..g1 * hd],
-                )
-            };
-        }
-    }
+    each_tile(runs, false, hd, n, spans, tile, |g0, g1, j0, v| {
+        // SAFETY: as for the scores; out holds rows g0..g1 of hd values.
+        unsafe { avx2::pv(&scores[g0 * n..], n, j0, v, hd, &mut out[g0 * hd..g1 * hd]) };
+    });
 }
 
 #[cfg(target_arch = "x86_64")]

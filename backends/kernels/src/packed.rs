@@ -507,18 +507,10 @@ fn row_block_products<A>(
         if let Some(pair) = pair.filter(|_| g + 1 < groups) {
             // groups g and g + 1: 16 output columns, the last group maybe short
             let cols = (2 * ROWS).min(n - g * ROWS);
-            let m = rows.len();
-            let mut j = 0;
-            while j < m {
-                let take = TILE.min(m - j);
-                let mut out = [[0.0f32; 2 * ROWS]; TILE];
-                pair(gw(g), gw(g + 1), &rows[j..j + take], &mut out[..take]);
-                for (jj, o) in out[..take].iter().enumerate() {
-                    let at = (j + jj) * n + g * ROWS;
-                    y[at..at + cols].copy_from_slice(&o[..cols]);
-                }
-                j += take;
-            }
+            pair_against_rows(pair, gw(g), gw(g + 1), rows, |i, o16| {
+                let at = i * n + g * ROWS;
+                y[at..at + cols].copy_from_slice(&o16[..cols]);
+            });
             g += 2;
             continue;
         }
@@ -546,26 +538,36 @@ fn group_products<A>(
     let mut chunks = ts.chunks_exact_mut(m * ROWS).enumerate();
     while let Some((o, t)) = chunks.next() {
         let g = g0 + o;
-        if let Some(pair) = pair {
-            if let Some((_, t1)) = chunks.next() {
-                let mut j = 0;
-                while j < m {
-                    let take = TILE.min(m - j);
-                    let mut out = [[0.0f32; 2 * ROWS]; TILE];
-                    pair(gw(g), gw(g + 1), &rows[j..j + take], &mut out[..take]);
-                    for (jj, o16) in out[..take].iter().enumerate() {
-                        let i = j + jj;
-                        t[i * ROWS..(i + 1) * ROWS].copy_from_slice(&o16[..ROWS]);
-                        t1[i * ROWS..(i + 1) * ROWS].copy_from_slice(&o16[ROWS..]);
-                    }
-                    j += take;
-                }
-                continue;
-            }
+        if let Some(pair) = pair
+            && let Some((_, t1)) = chunks.next()
+        {
+            pair_against_rows(pair, gw(g), gw(g + 1), rows, |i, o16| {
+                t[i * ROWS..(i + 1) * ROWS].copy_from_slice(&o16[..ROWS]);
+                t1[i * ROWS..(i + 1) * ROWS].copy_from_slice(&o16[ROWS..]);
+            });
+            continue;
         }
         group_against_rows(kernel, tile, gw(g), rows, |i, o8| {
             t[i * ROWS..(i + 1) * ROWS].copy_from_slice(o8)
         });
+    }
+}
+
+/// Two adjacent groups `w0`, `w1` against every row of `rows` through the two-group kernel, [`TILE`]
+/// rows per call; `emit(i, outputs)` receives row `i`'s 16 outputs (`w0`'s 8, then `w1`'s).
+fn pair_against_rows<A>(
+    pair: PairFn<A>,
+    w0: &[u8],
+    w1: &[u8],
+    rows: &[&[A]],
+    mut emit: impl FnMut(usize, &[f32; 2 * ROWS]),
+) {
+    for (c, chunk) in rows.chunks(TILE).enumerate() {
+        let mut out = [[0.0f32; 2 * ROWS]; TILE];
+        pair(w0, w1, chunk, &mut out[..chunk.len()]);
+        for (jj, o16) in out[..chunk.len()].iter().enumerate() {
+            emit(c * TILE + jj, o16);
+        }
     }
 }
 
