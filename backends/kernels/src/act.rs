@@ -87,6 +87,24 @@ pub fn quantize_q8(x: &[f32]) -> BlockQ8 {
 
 /// Quantizes one 256-value super-block (`x.len() == 256`).
 pub fn quantize_q8k(x: &[f32]) -> BlockQ8K {
+    #[cfg(target_arch = "x86_64")]
+    if crate::Isa::Avx2.is_available() {
+        // SAFETY: AVX2 confirmed above.
+        return unsafe { quantize_q8k_avx2(x) };
+    }
+    q8k_block(x)
+}
+
+/// [`q8k_block`] compiled for AVX2, where its loops vectorize 8 values wide (with the rounding
+/// below, the baseline build's per-value saturating conversion kept them scalar).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_q8k_avx2(x: &[f32]) -> BlockQ8K {
+    q8k_block(x)
+}
+
+#[inline(always)]
+fn q8k_block(x: &[f32]) -> BlockQ8K {
     // The value of largest magnitude, the first if several tie (ggml's scan keeps the first): the
     // magnitude by a max-reduction (which vectorizes; NaNs are skipped as the scan skips them), then
     // the first value reaching it. A scan carrying both through one loop ran serially.
@@ -102,13 +120,27 @@ pub fn quantize_q8k(x: &[f32]) -> BlockQ8K {
     }
     let iscale = -127.0 / max;
     for (q, &v) in b.qs.iter_mut().zip(x) {
-        *q = rint(iscale * v).clamp(-128.0, 127.0) as i8;
+        *q = nearest_i8(iscale * v);
     }
     for (s, chunk) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
         *s = chunk.iter().map(|&q| q as i16).sum();
     }
     b.d = 1.0 / iscale;
     b
+}
+
+/// `rint(v).clamp(-128, 127) as i8` (NaN to 0) in integer operations that vectorize: after adding
+/// 1.5·2^23 the integer sits in the low mantissa bits (ggml's `nearest_int`). Exact for |v| < 2^22;
+/// beyond (only ±inf reach it here) the bits are still far outside -128..=127 on the right side.
+#[inline(always)]
+fn nearest_i8(v: f32) -> i8 {
+    const MAGIC: f32 = 12_582_912.0;
+    let i = ((v + MAGIC).to_bits() as i32).wrapping_sub(0x4B40_0000);
+    if v.is_nan() {
+        0
+    } else {
+        i.clamp(-128, 127) as i8
+    }
 }
 
 /// The activation format a weight of `ty` pairs with.
@@ -214,6 +246,55 @@ mod tests {
         }
         for v in [0.5f32, 1.5, 2.5, -0.5, -1.5, 126.5, -127.5, 127.499_99] {
             assert_eq!(rint(v), v.round_ties_even(), "{v}");
+        }
+    }
+
+    #[test]
+    fn integer_rounding_equals_the_float_formula() {
+        let float = |v: f32| rint(v).clamp(-128.0, 127.0) as i8;
+        let mut vals: Vec<f32> = (-400_000..400_000).map(|i| i as f32 * 0.000_437).collect();
+        vals.extend((-300..300).map(|i| i as f32 * 0.5));
+        vals.extend([
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            0.0,
+            -0.0,
+            f32::MIN_POSITIVE,
+            1e-45,
+            127.499_99,
+            -128.5,
+            4_194_303.0,
+            -4_194_303.0,
+        ]);
+        for v in vals {
+            assert_eq!(nearest_i8(v), float(v), "{v}");
+        }
+        // whole blocks: the AVX2 build equals the portable one, ties and extremes included
+        let mut x: Vec<f32> = (0..4 * QK_K)
+            .map(|i| ((i as f32) * 0.61).sin() * 3.0)
+            .collect();
+        x[3] = 6.35; // 127 / 6.35 puts many values of the block on exact .5 ties
+        x[QK_K + 9] = f32::NAN;
+        x[2 * QK_K] = f32::INFINITY;
+        x[3 * QK_K..].fill(0.0);
+        x[3 * QK_K + 5] = 1e-40;
+        for blk in x.chunks_exact(QK_K) {
+            let (a, b) = (quantize_q8k(blk), q8k_block(blk));
+            let reference = {
+                let amax = blk.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let max = blk.iter().copied().find(|v| v.abs() == amax).unwrap_or(0.0);
+                let iscale = -127.0 / max;
+                blk.iter()
+                    .map(|&v| if amax == 0.0 { 0 } else { float(iscale * v) })
+                    .collect::<Vec<i8>>()
+            };
+            assert_eq!(a.qs.to_vec(), reference);
+            assert_eq!(
+                (a.qs, a.bsums, a.d.to_bits()),
+                (b.qs, b.bsums, b.d.to_bits())
+            );
         }
     }
 
