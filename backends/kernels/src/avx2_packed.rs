@@ -357,7 +357,7 @@ dispatch_k!(q4_k, q4k_avx2, crate::packed_k::KCHUNK);
 dispatch_k!(q4_k_vnni, q4k_vnni, crate::packed_k::KCHUNK);
 dispatch_k!(q4_k_evex, q4k_evex, crate::packed_k::KCHUNK);
 
-/// Whether the two-group (512-bit) Q4_K kernel can run: AVX512-VNNI forms in use (`dot_level`)
+/// Whether the two-group (512-bit) kernels can run: AVX512-VNNI forms in use (`dot_level`)
 /// and AVX512BW for the byte and word operations on 512-bit registers.
 pub(crate) fn wide_available() -> bool {
     dot_level() == EVEX && is_x86_feature_detected!("avx512bw")
@@ -476,8 +476,8 @@ unsafe fn q4k_pair<const J: usize>(
 // and VNNI (and `Isa::is_available` AVX2, FMA, F16C); both groups are whole chunk runs of one weight
 // and every activation row has one super-block per chunk (asserted).
 macro_rules! dispatch_pair {
-    ($name:ident, $f:ident, $cb:expr) => {
-        pub(crate) fn $name(g0: &[u8], g1: &[u8], x: &[&[BlockQ8K]], out: &mut [[f32; 2 * ROWS]]) {
+    ($name:ident, $f:ident, $blk:ty, $cb:expr) => {
+        pub(crate) fn $name(g0: &[u8], g1: &[u8], x: &[&[$blk]], out: &mut [[f32; 2 * ROWS]]) {
             let cb = $cb;
             assert!(
                 g0.len() == g1.len()
@@ -671,5 +671,53 @@ unsafe fn q6k_pair<const J: usize>(
     }
 }
 
-dispatch_pair!(q4_k_pair_evex, q4k_pair, crate::packed_k::KCHUNK);
-dispatch_pair!(q6_k_pair_evex, q6k_pair, crate::packed_k::KCHUNK6);
+dispatch_pair!(q4_k_pair_evex, q4k_pair, BlockQ8K, crate::packed_k::KCHUNK);
+dispatch_pair!(q6_k_pair_evex, q6k_pair, BlockQ8K, crate::packed_k::KCHUNK6);
+dispatch_pair!(
+    q8_0_pair_evex,
+    q8_pair,
+    BlockQ8,
+    chunk_bytes(GgmlType::Q8_0).0
+);
+
+/// [`q8`] on two groups at once (see [`q4k_pair`]): `|w|` of 16 rows times the activation quad
+/// carrying each `w`'s sign. AVX-512 has no byte `sign`: the quad is negated under the mask of
+/// negative `w` instead, which differs from `sign` only where `w = 0`, whose product is 0 either
+/// way, so every 4-product sum is the one-group kernel's integer.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q8_pair<const J: usize>(
+    g0: &[u8],
+    g1: &[u8],
+    x: &[&[BlockQ8]],
+    out: &mut [[f32; 2 * ROWS]],
+) {
+    let (cb, qoff) = chunk_bytes(GgmlType::Q8_0);
+    let nb = g0.len() / cb;
+    let zero = _mm512_setzero_si512();
+    let mut acc = [[_mm512_setzero_ps(); 8]; J];
+    for b in 0..nb {
+        let (c0, c1) = (g0.as_ptr().add(b * cb), g1.as_ptr().add(b * cb));
+        let d = f16x16(c0, c1);
+        let w: [__m512i; 8] =
+            std::array::from_fn(|g| join256(c0.add(qoff + 32 * g), c1.add(qoff + 32 * g)));
+        for j in 0..J {
+            let xb = x.get_unchecked(j).get_unchecked(b);
+            let sc = _mm512_mul_ps(d, _mm512_set1_ps(xb.d));
+            for g in 0..8 {
+                let xq = _mm512_set1_epi32(std::ptr::read_unaligned(
+                    xb.qs.as_ptr().add(4 * g) as *const i32
+                ));
+                let xs = _mm512_mask_sub_epi8(xq, _mm512_movepi8_mask(w[g]), zero, xq);
+                let l = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(w[g]), xs);
+                acc[j][g] = _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(l), acc[j][g]);
+            }
+        }
+    }
+    for j in 0..J {
+        let a = &acc[j];
+        // `hsum_quads`' order, on 16 rows
+        let lo = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
+        let hi = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
+        _mm512_storeu_ps(out[j].as_mut_ptr(), _mm512_add_ps(lo, hi));
+    }
+}

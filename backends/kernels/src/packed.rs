@@ -317,6 +317,21 @@ fn group_fn_k(layout: GgmlType, isa: Isa) -> GroupFn<BlockQ8K> {
     }
 }
 
+/// The two-group kernel of a 32-wide `layout` (Q8_0's, which Q5_0 shares), where the CPU has
+/// AVX-512 (BW and VNNI) and `isa` may use it.
+fn pair_fn(layout: GgmlType, isa: Isa) -> Option<PairFn<BlockQ8>> {
+    #[cfg(target_arch = "x86_64")]
+    if layout == GgmlType::Q8_0
+        && isa == Isa::Avx2
+        && isa.is_available()
+        && crate::avx2_packed::wide_available()
+    {
+        return Some(crate::avx2_packed::q8_0_pair_evex);
+    }
+    let _ = (layout, isa);
+    None
+}
+
 /// The two-group K-quant kernel of `layout`, where the CPU has AVX-512 (BW and VNNI) and `isa` may
 /// use it.
 fn pair_fn_k(layout: GgmlType, isa: Isa) -> Option<PairFn<BlockQ8K>> {
@@ -405,7 +420,11 @@ pub fn matmul_packed_many_with(
     };
     let rows: Vec<&[BlockQ8]> = acts.chunks_exact(k / QK).collect();
     run_products(ps, &rows, ys, |p| {
-        (group_fn(p.layout, isa), group_tile(p.layout, isa), None)
+        (
+            group_fn(p.layout, isa),
+            group_tile(p.layout, isa),
+            pair_fn(p.layout, isa),
+        )
     });
     Ok(())
 }
