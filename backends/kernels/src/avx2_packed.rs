@@ -395,6 +395,14 @@ unsafe fn f16x16(a: *const u8, b: *const u8) -> __m512 {
     ))
 }
 
+/// [`hsum_quads`]' order on 16 rows (two groups).
+#[inline(always)]
+unsafe fn hsum_quads16(a: &[__m512; 8]) -> __m512 {
+    let lo = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
+    let hi = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
+    _mm512_add_ps(lo, hi)
+}
+
 /// [`q4k`] on two groups at once: every operation on 16 rows (group `g` in the low half of each
 /// register, `g + 1` in the high half), the same per-row operations in the same order, so each
 /// output equals the one-group kernel's.
@@ -459,15 +467,11 @@ unsafe fn q4k_pair<const J: usize>(
         }
     }
     for j in 0..J {
-        let a = &acc[j];
-        // `hsum_quads`' order, on 16 rows
-        let lo = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
-        let hi = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
         let m = _mm512_add_ps(
             _mm512_add_ps(accm[j][0], accm[j][2]),
             _mm512_add_ps(accm[j][1], accm[j][3]),
         );
-        _mm512_storeu_ps(out[j].as_mut_ptr(), _mm512_add_ps(_mm512_add_ps(lo, hi), m));
+        _mm512_storeu_ps(out[j].as_mut_ptr(), _mm512_add_ps(hsum_quads16(&acc[j]), m));
     }
 }
 
@@ -664,10 +668,7 @@ unsafe fn q6k_pair<const J: usize>(
         }
     }
     for j in 0..J {
-        let a = &acc[j];
-        let lo = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
-        let hi = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
-        _mm512_storeu_ps(out[j].as_mut_ptr(), _mm512_add_ps(lo, hi));
+        _mm512_storeu_ps(out[j].as_mut_ptr(), hsum_quads16(&acc[j]));
     }
 }
 
@@ -714,10 +715,6 @@ unsafe fn q8_pair<const J: usize>(
         }
     }
     for j in 0..J {
-        let a = &acc[j];
-        // `hsum_quads`' order, on 16 rows
-        let lo = _mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6]));
-        let hi = _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7]));
-        _mm512_storeu_ps(out[j].as_mut_ptr(), _mm512_add_ps(lo, hi));
+        _mm512_storeu_ps(out[j].as_mut_ptr(), hsum_quads16(&acc[j]));
     }
 }
