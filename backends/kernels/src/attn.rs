@@ -71,6 +71,12 @@ pub fn attend_f16(
     }
 }
 
+/// `x[i] = f16(x[i])` widened back to f32: a query rounded as ggml's f16 matmuls round their f32
+/// operand.
+pub fn round_f16(isa: Isa, x: &mut [f32]) {
+    scale_round_f16(isa, x, 1.0); // x · 1 is exact
+}
+
 /// `x[i] = f16(x[i] · s)` widened back to f32 (IEEE round to nearest even both ways, so the F16C
 /// conversion equals the portable one).
 pub(crate) fn scale_round_f16(isa: Isa, x: &mut [f32], s: f32) {

@@ -63,21 +63,23 @@ pub fn attend_f16_rows(
     if hd == 0 || m == 0 || n == 0 {
         return;
     }
-    // One position (decode): nothing to share across positions, and the per-position loops widen
-    // each row once for the whole group already.
-    let one_span = spans.iter().all(|s| *s == spans[0]);
+    // One position (decode, every span the same) has nothing to share across positions: the
+    // per-position loops widen each row once for the whole group already.
     #[cfg(target_arch = "x86_64")]
-    if !one_span && isa == Isa::Avx2 && hd.is_multiple_of(8) && isa.is_available() {
+    if isa == Isa::Avx2
+        && hd.is_multiple_of(8)
+        && isa.is_available()
+        && spans.iter().any(|s| *s != spans[0])
+    {
         tiled(q, hd, spans, runs, n, params, scratch, out);
         return;
     }
-    let _ = one_span;
-    per_span(isa, q, hd, spans, runs, params, scratch, out);
+    per_span(isa, q, hd, spans, runs, n, params, scratch, out);
 }
 
-/// The rows of `runs` in `span`, as runs.
-fn sub_runs<'a>(runs: &[KvRun<'a>], hd: usize, span: &Range<usize>) -> Vec<KvRun<'a>> {
-    let mut out = Vec::new();
+/// The rows of `runs` in `span`, as runs, into `out`.
+fn sub_runs<'a>(runs: &[KvRun<'a>], hd: usize, span: &Range<usize>, out: &mut Vec<KvRun<'a>>) {
+    out.clear();
     let mut j0 = 0;
     for r in runs {
         let rows = r.k.len() / hd;
@@ -91,7 +93,6 @@ fn sub_runs<'a>(runs: &[KvRun<'a>], hd: usize, span: &Range<usize>) -> Vec<KvRun
         }
         j0 += rows;
     }
-    out
 }
 
 /// Consecutive rows with the same span (a position's query heads) as one `attend_f16` call: the
@@ -103,19 +104,27 @@ fn per_span(
     hd: usize,
     spans: &[Range<usize>],
     runs: &[KvRun<'_>],
+    n: usize,
     params: ScoreParams,
     scratch: &mut RowsScratch,
     out: &mut [f32],
 ) {
     let mut i = 0;
+    let mut sub = Vec::new();
     while i < spans.len() {
         let e = i + spans[i..].iter().take_while(|s| **s == spans[i]).count();
-        let sub = sub_runs(runs, hd, &spans[i]);
+        // a decode step's one span is every row: the runs as given
+        let span_runs = if spans[i] == (0..n) {
+            runs
+        } else {
+            sub_runs(runs, hd, &spans[i], &mut sub);
+            &sub[..]
+        };
         attend_f16(
             isa,
             &q[i * hd..e * hd],
             hd,
-            &sub,
+            span_runs,
             params,
             &mut scratch.scores,
             &mut out[i * hd..e * hd],
@@ -213,8 +222,12 @@ fn tiled(
 ) {
     let m = spans.len();
     let RowsScratch { scores, tile } = scratch;
-    scores.clear();
-    scores.resize(m * n, 0.0);
+    // No clearing: every value is written below (the scores of each row's span by `qk`, the rest
+    // of its row zeroed after the softmax) before `pv` reads it.
+    if scores.len() < m * n {
+        scores.resize(m * n, 0.0);
+    }
+    let scores = &mut scores[..m * n];
     // 1. scores[i][j] = q_i · k_j for the rows a pass of QR query rows sees
     each_tile(runs, true, hd, n, spans, tile, |g0, g1, j0, k| {
         // SAFETY: AVX2, FMA and F16C were confirmed by the caller; hd is a multiple of 8, `k` is

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use super::{AttentionParams, KvOps, KvShape, PagedBatch, SeqSlice, check_alloc};
 use crate::BackendError;
 use crate::host::host_values;
-use cinder_kernels::attn::{KvRun, ScoreParams};
+use cinder_kernels::attn::{KvRun, ScoreParams, round_f16};
 use cinder_kernels::attn_rows::{RowsScratch, attend_f16_rows};
 
 /// One layer's paged K/V in host memory, in f16 as llama.cpp keeps its KV cache (half the memory of
@@ -204,21 +204,15 @@ fn attend_group<D>(
     let i0 = queries.start;
     let mut out = vec![0.0f32; group * queries.len() * hd];
     let mut qr = Vec::new();
-    let mut half16: Vec<f16> = Vec::new();
     let mut spans = Vec::new();
     let mut scratch = RowsScratch::default();
     let mut runs: Vec<KvRun<'_>> = Vec::new();
     let mut b0 = queries.start;
     while b0 < queries.end {
         let b1 = (b0 + BLOCK_POSITIONS).min(queries.end);
-        // Positions lo..hi that some query of the block sees, as runs of slots inside blocks.
-        let (lo, hi) = (
-            (b0..b1)
-                .map(|i| params.first_visible(s.past + i))
-                .min()
-                .unwrap_or(0),
-            s.past + b1,
-        );
+        // Positions lo..hi that some query of the block sees (the first position sees the
+        // earliest: a window's start only moves forward), as runs of slots inside blocks.
+        let (lo, hi) = (params.first_visible(s.past + b0), s.past + b1);
         runs.clear();
         let mut j = lo;
         while j < hi {
@@ -236,19 +230,12 @@ fn attend_group<D>(
         for i in b0..b1 {
             let (row, pos) = (s.q_start + i, s.past + i);
             let span = params.first_visible(pos) - lo..pos + 1 - lo;
-            for gi in 0..group {
-                let head = g * group + gi;
-                let src = &qs[(row * h + head) * hd..(row * h + head + 1) * hd];
-                // rounded to f16 and back, a row at a time (the slice conversions are vectorized)
-                let at = qr.len();
-                qr.resize(at + hd, 0.0);
-                half16.clear();
-                half16.resize(hd, f16::ZERO);
-                half16.convert_from_f32_slice(src);
-                half16.convert_to_f32_slice(&mut qr[at..]);
-                spans.push(span.clone());
-            }
+            // the group's heads are adjacent in a row of `qs`
+            let heads = (row * h + g * group) * hd..(row * h + (g + 1) * group) * hd;
+            qr.extend_from_slice(&qs[heads]);
+            spans.extend(std::iter::repeat_n(span, group));
         }
+        round_f16(isa, &mut qr);
         attend_f16_rows(
             isa,
             &qr,
