@@ -1,64 +1,34 @@
-//! A multi-turn chat with the default chat model: the model's own chat template, the conversation
-//! re-rendered every turn, replies streamed as they are generated.
+//! A multi-turn chat with the default chat model: the model's own chat template, replies streamed.
 //!
-//! `cargo run --release --example chat -- "First question" "A follow-up"` (no arguments: read one
-//! message per line from stdin). Add `--features cuda` or `--features wgpu` to run on that backend
-//! (`CINDER_BACKEND=flex|ndarray|candle|wgpu|cuda` picks one explicitly).
+//! `cargo run --release --example chat -- "First question" "A follow-up"` (no arguments: one
+//! message per line from stdin). Built with `--features cuda` or `--features wgpu` it runs there.
 
 use std::io::{BufRead, Write};
 
-use anyhow::Result;
-use cinder::prelude::*;
-use cinder::runtime::tokenizer::{ChatMessage, apply_chat_template};
+use cinder::{GenerateOptions, Llm, Message};
 
-struct Chat {
-    turns: Vec<String>,
-}
-
-impl BackendTask for Chat {
-    type Output = Result<()>;
-
-    fn run<B: InferenceBackend>(self, device: B::Device) -> Result<()> {
-        let path = cinder::catalog::resolve("smollm2-135m")?.path;
-        let m = cinder::importer::load_model::<B>(&path, &device)?;
-        let opts = GenerateOptions {
-            max_tokens: 128,
-            sampling: SamplingParams::greedy(),
-            ..Default::default()
-        };
-        let mut messages = vec![ChatMessage::new("system", "You are a concise assistant.")];
-        let mut turn = |user: String| -> Result<()> {
-            println!("> {user}");
-            messages.push(ChatMessage::new("user", user));
-            // The template writes the control tokens (`<|im_start|>`), which must be parsed as
-            // special tokens, not as text.
-            let text = apply_chat_template(&m.tokenizer, &messages, true)?;
-            let ids = m.tokenizer.tokenize(&text, false, true)?;
-            let out = generate(&m.model, &m.tokenizer, &ids, &opts, &mut |piece| {
-                print!("{piece}");
-                std::io::stdout().flush().is_ok()
-            })?;
-            println!();
-            messages.push(ChatMessage::new("assistant", out.text.trim().to_string()));
-            Ok(())
-        };
-        if !self.turns.is_empty() {
-            return self.turns.into_iter().try_for_each(&mut turn);
+fn main() -> Result<(), cinder::Error> {
+    let llm = Llm::load("smollm2-135m")?;
+    let mut chat = vec![Message::system("You are a concise assistant.")];
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let stdin = std::io::stdin().lock().lines().map_while(Result::ok);
+    let turns: Box<dyn Iterator<Item = String>> = if args.is_empty() {
+        Box::new(stdin)
+    } else {
+        Box::new(args.into_iter())
+    };
+    for user in turns.filter(|l| !l.trim().is_empty()) {
+        println!("> {user}");
+        chat.push(Message::user(user));
+        let mut reply = String::new();
+        for piece in llm.stream_chat(&chat, &GenerateOptions::greedy(128))? {
+            let piece = piece?;
+            print!("{piece}");
+            std::io::stdout().flush().ok();
+            reply.push_str(&piece);
         }
-        for line in std::io::stdin().lock().lines() {
-            let line = line?;
-            if !line.trim().is_empty() {
-                turn(line)?;
-            }
-        }
-        Ok(())
+        println!();
+        chat.push(Message::assistant(reply.trim()));
     }
-}
-
-fn main() -> Result<()> {
-    let turns: Vec<String> = std::env::args().skip(1).collect();
-    let kind = cinder::backends::preferred_kind()?;
-    eprintln!("backend: {kind}");
-    cinder::backends::dispatch(kind, Chat { turns })??;
     Ok(())
 }

@@ -2,46 +2,22 @@
 //! every pair (for unit vectors it is their dot product).
 //!
 //! `cargo run --release --example embed -- "A cat sits on the mat." "A kitten rests on a rug."
-//! "Stock markets fell today."` Add `--features cuda` or `--features wgpu` to run on that backend.
+//! "Stock markets fell today."` Built with `--features cuda` or `--features wgpu` it runs there.
 
-use anyhow::Result;
-use cinder::prelude::*;
+use cinder::Embedder;
 
-struct Embed {
-    texts: Vec<String>,
-}
-
-impl BackendTask for Embed {
-    type Output = Result<Vec<Vec<f32>>>;
-
-    fn run<B: InferenceBackend>(self, device: B::Device) -> Result<Vec<Vec<f32>>> {
-        let name = "all-minilm-l6-v2";
-        let path = cinder::catalog::resolve(name)?.path;
-        let e = cinder::importer::load_embedder::<B>(name, &path, &device)?;
-        let texts: Vec<&str> = self.texts.iter().map(String::as_str).collect();
-        Ok(e.embed(&texts, true)?)
-    }
-}
-
-fn main() -> Result<()> {
+fn main() -> Result<(), cinder::Error> {
     let mut texts: Vec<String> = std::env::args().skip(1).collect();
     if texts.is_empty() {
         texts = [
             "A cat sits on the mat.",
             "A kitten rests on a rug.",
-            "Stock markets fell sharply today.",
+            "Stocks fell sharply today.",
         ]
         .map(String::from)
         .to_vec();
     }
-    let kind = cinder::backends::preferred_kind()?;
-    eprintln!("backend: {kind}");
-    let vectors = cinder::backends::dispatch(
-        kind,
-        Embed {
-            texts: texts.clone(),
-        },
-    )??;
+    let vectors = Embedder::load("all-minilm-l6-v2")?.embed(&texts)?;
     println!(
         "{} vectors of {} dimensions",
         vectors.len(),

@@ -1,44 +1,22 @@
-//! Generate text from the default model.
+//! Generate text with the default model, streamed as it comes.
 //!
-//! `cargo run --release --example generate -- "Your prompt"` runs on the CPU; add `--features cuda`
-//! or `--features wgpu` to run on that backend (`CINDER_BACKEND=flex|ndarray|candle|wgpu|cuda` picks
-//! one explicitly).
+//! `cargo run --release --example generate -- "Your prompt"` runs on the CPU; built with
+//! `--features cuda` or `--features wgpu` it runs on that GPU (`CINDER_BACKEND=flex|wgpu|cuda|…`
+//! picks one explicitly).
 
-use anyhow::Result;
-use cinder::prelude::*;
+use std::io::Write;
 
-struct Generate {
-    prompt: String,
-}
+use cinder::{GenerateOptions, Llm};
 
-impl BackendTask for Generate {
-    type Output = Result<String>;
-
-    fn run<B: InferenceBackend>(self, device: B::Device) -> Result<String> {
-        // A catalog name is pulled (and verified) on first use; a path works too.
-        let path = cinder::catalog::resolve("smollm2-135m")?.path;
-        let m = cinder::importer::load_model::<B>(&path, &device)?;
-        let ids = m.tokenizer.encode(&self.prompt, true)?;
-        let opts = GenerateOptions {
-            max_tokens: 32,
-            sampling: SamplingParams::greedy(),
-            ..Default::default()
-        };
-        let out = generate(&m.model, &m.tokenizer, &ids, &opts, &mut |piece| {
-            print!("{piece}");
-            true
-        })?;
-        println!();
-        Ok(out.text)
+fn main() -> Result<(), cinder::Error> {
+    let prompt = std::env::args().nth(1);
+    let prompt = prompt.as_deref().unwrap_or("The capital of France is");
+    let llm = Llm::load("smollm2-135m")?;
+    eprintln!("backend: {}", llm.backend());
+    for piece in llm.stream(prompt, &GenerateOptions::greedy(32))? {
+        print!("{}", piece?);
+        std::io::stdout().flush().ok();
     }
-}
-
-fn main() -> Result<()> {
-    let prompt = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "The capital of France is".to_string());
-    let kind = cinder::backends::preferred_kind()?;
-    eprintln!("backend: {kind}");
-    cinder::backends::dispatch(kind, Generate { prompt })??;
+    println!();
     Ok(())
 }

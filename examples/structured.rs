@@ -1,58 +1,25 @@
-//! Structured output: generate JSON that is valid under a JSON schema, on any backend.
+//! Structured output: a typed Rust value from the model. The type's JSON schema constrains
+//! generation (through the grammar matcher), so the text always parses.
 //!
-//! `cargo run --release --example structured` runs on the CPU; add `--features cuda` or
-//! `--features wgpu` to run on that backend. Against a running `cinder serve`, the same schema
-//! goes in OpenAI's `response_format` (see `examples/clients/structured.py`).
+//! `cargo run --release --example structured`; built with `--features cuda` or `--features wgpu` it
+//! runs there. Against `cinder serve` the same schema goes in OpenAI's `response_format`
+//! (`examples/clients/structured.py`).
 
-use anyhow::Result;
-use cinder::prelude::*;
-use cinder::runtime::constraint::{Constraint, Grammars};
-use cinder::runtime::tokenizer::{ChatMessage, apply_chat_template};
+use cinder::{GenerateOptions, Llm, Message};
 
-struct Structured;
-
-impl BackendTask for Structured {
-    type Output = Result<serde_json::Value>;
-
-    fn run<B: InferenceBackend>(self, device: B::Device) -> Self::Output {
-        let path = cinder::catalog::resolve("smollm2-135m")?.path;
-        let m = cinder::importer::load_model::<B>(&path, &device)?;
-        let schema = serde_json::json!({
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "maxLength": 30},
-                "country": {"type": "string", "maxLength": 30},
-                "population": {"type": "integer", "minimum": 0},
-                "coastal": {"type": "boolean"}
-            },
-            "required": ["city", "country", "population", "coastal"],
-            "additionalProperties": false
-        });
-        // The token trie is built once per model; each request compiles its own matcher.
-        let grammars = Grammars::new(&m.tokenizer, m.model.vocab_size())?;
-        let matcher = grammars.compile(&Constraint::JsonSchema(schema))?;
-        let chat = apply_chat_template(
-            &m.tokenizer,
-            &[ChatMessage::new("user", "Describe a large city as JSON.")],
-            true,
-        )?;
-        let ids = m.tokenizer.tokenize(&chat, false, true)?;
-        let opts = GenerateOptions {
-            max_tokens: 200,
-            sampling: SamplingParams::greedy(),
-            constraint: Some(matcher),
-            ..Default::default()
-        };
-        let out = generate(&m.model, &m.tokenizer, &ids, &opts, &mut |_| true)?;
-        // The grammar ends the request where the object is complete: the text parses.
-        Ok(serde_json::from_str(&out.text)?)
-    }
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)] // printed through Debug
+struct City {
+    name: String,
+    country: String,
+    population: u64,
+    coastal: bool,
 }
 
-fn main() -> Result<()> {
-    let kind = cinder::backends::preferred_kind()?;
-    eprintln!("backend: {kind}");
-    let v = cinder::backends::dispatch(kind, Structured)??;
-    println!("{}", serde_json::to_string_pretty(&v)?);
+fn main() -> Result<(), cinder::Error> {
+    let llm = Llm::load("smollm2-135m")?;
+    let ask = [Message::user("Describe a large city as JSON.")];
+    let city: City = llm.chat_json_with(&ask, &GenerateOptions::greedy(200))?;
+    println!("{city:#?}");
     Ok(())
 }

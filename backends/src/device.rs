@@ -14,6 +14,36 @@ pub fn check_device(kind: BackendKind) -> Result<(), BackendError> {
     }
 }
 
+/// Whether `kind` has a hardware device: a CPU backend always; CUDA when [`check_device`] passes;
+/// wgpu when an adapter other than a CPU (software) one is listed. `Err` when there is no device.
+pub fn hardware_device(kind: BackendKind) -> Result<bool, BackendError> {
+    check_device(kind)?;
+    match kind {
+        BackendKind::Wgpu => Ok(wgpu_hardware()),
+        _ => Ok(true),
+    }
+}
+
+#[cfg(feature = "wgpu")]
+fn wgpu_hardware() -> bool {
+    #[cfg(target_os = "macos")]
+    let backends = wgpu_api::Backends::METAL;
+    #[cfg(not(target_os = "macos"))]
+    let backends = wgpu_api::Backends::VULKAN;
+    let instance = wgpu_api::Instance::new(wgpu_api::InstanceDescriptor {
+        backends,
+        ..wgpu_api::InstanceDescriptor::new_without_display_handle()
+    });
+    cubecl::future::block_on(instance.enumerate_adapters(backends))
+        .iter()
+        .any(|a| a.get_info().device_type != wgpu_api::DeviceType::Cpu)
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn wgpu_hardware() -> bool {
+    false
+}
+
 #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(dead_code))]
 fn no_device(backend: &str, looked_for: impl Into<String>) -> BackendError {
     BackendError::NoDevice {

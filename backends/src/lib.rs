@@ -40,7 +40,7 @@ pub use sample::SampleOps;
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     /// The name is not a backend Cinder knows.
-    #[error("unknown backend {0:?} (known: flex, ndarray, candle, wgpu, cuda)")]
+    #[error("unknown backend {0:?} (known: flex, ndarray, candle, wgpu, cuda, auto)")]
     Unknown(String),
     /// The backend exists but this binary was built without its Cargo feature.
     #[error(
@@ -114,6 +114,11 @@ pub enum BackendKind {
     Wgpu,
     /// burn-cuda: NVIDIA GPUs.
     Cuda,
+    /// Chosen when a model is loaded: the backend `CINDER_BACKEND` names if set, else CUDA if a
+    /// GPU answers, then wgpu on a hardware adapter
+    /// (a software rasterizer such as lavapipe is slower than the CPU kernels and is skipped),
+    /// then the first compiled CPU backend ([`BackendKind::resolve`]). Never a backend's `KIND`.
+    Auto,
 }
 
 impl BackendKind {
@@ -134,18 +139,56 @@ impl BackendKind {
             BackendKind::Candle => "candle",
             BackendKind::Wgpu => "wgpu",
             BackendKind::Cuda => "cuda",
+            BackendKind::Auto => "auto",
         }
     }
 
-    /// Whether this binary was built with the backend.
+    /// Whether this binary was built with the backend (for [`BackendKind::Auto`]: with any).
     pub fn is_compiled(self) -> bool {
         match self {
+            BackendKind::Auto => !compiled().is_empty(),
             BackendKind::Flex => cfg!(feature = "flex"),
             BackendKind::Ndarray => cfg!(feature = "ndarray"),
             BackendKind::Candle => cfg!(feature = "candle"),
             BackendKind::Wgpu => cfg!(feature = "wgpu"),
             BackendKind::Cuda => cfg!(feature = "cuda"),
         }
+    }
+
+    /// The concrete backend this kind runs on: itself, or for [`BackendKind::Auto`] the one
+    /// `CINDER_BACKEND` names, else the first of CUDA (a GPU answers), wgpu (a hardware adapter
+    /// answers) and the compiled CPU backends.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use cinder_backends::BackendKind;
+    /// let k = BackendKind::Auto.resolve().unwrap();
+    /// assert_ne!(k, BackendKind::Auto);
+    /// assert_eq!(BackendKind::Flex.resolve().unwrap(), BackendKind::Flex);
+    /// ```
+    pub fn resolve(self) -> Result<BackendKind, BackendError> {
+        if self != BackendKind::Auto {
+            return Ok(self);
+        }
+        // The operator's override, as for `preferred_kind`.
+        if let Ok(name) = std::env::var("CINDER_BACKEND")
+            && !name.trim().is_empty()
+            && !name.trim().eq_ignore_ascii_case("auto")
+        {
+            return name.trim().parse();
+        }
+        for k in [BackendKind::Cuda, BackendKind::Wgpu] {
+            if !k.is_compiled() {
+                continue;
+            }
+            match device::hardware_device(k) {
+                Ok(true) => return Ok(k),
+                Ok(false) => tracing::info!(backend = %k, "only a software adapter: skipped"),
+                Err(e) => tracing::info!(backend = %k, "skipped: {e}"),
+            }
+        }
+        default_kind()
     }
 
     /// Whether the backend computes on the CPU (and so honours `--threads`).
@@ -166,6 +209,9 @@ impl fmt::Display for BackendKind {
 impl FromStr for BackendKind {
     type Err = BackendError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.eq_ignore_ascii_case("auto") {
+            return Ok(BackendKind::Auto);
+        }
         BackendKind::ALL
             .into_iter()
             .find(|k| k.name().eq_ignore_ascii_case(s))
@@ -262,6 +308,7 @@ pub trait BackendTask {
 pub fn dispatch<T: BackendTask>(kind: BackendKind, task: T) -> Result<T::Output, BackendError> {
     // Without any backend feature every arm below is the error arm and `task` goes unused.
     let _ = &task;
+    let kind = kind.resolve()?;
     if kind.is_compiled() {
         device::check_device(kind)?;
     }

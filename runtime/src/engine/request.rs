@@ -118,6 +118,15 @@ impl EventStream {
         }
     }
 
+    /// Polls for the next event (`Ready(None)` after `Finished`): what an async stream adapter
+    /// calls from its `poll_next`.
+    pub fn poll_next(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Event>> {
+        match self.peeked.take() {
+            Some(e) => std::task::Poll::Ready(Some(e)),
+            None => self.rx.poll_recv(cx),
+        }
+    }
+
     /// The next event if one is ready.
     pub fn try_next(&mut self) -> Option<Event> {
         match self.peeked.take() {

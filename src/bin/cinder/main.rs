@@ -30,7 +30,8 @@ use clap::{Args, Parser, Subcommand};
     about = "LLM and embedding inference on Burn"
 )]
 struct Cli {
-    /// Backend to run on (those compiled in; default: the first compiled CPU backend).
+    /// Backend to run on (those compiled in, or `auto`: CUDA, then a hardware wgpu adapter, then the
+    /// CPU); default: the first compiled CPU backend.
     #[arg(long, global = true)]
     backend: Option<String>,
     /// CPU threads for CPU backends (default: all cores).
@@ -136,41 +137,21 @@ fn pick_offload(
         None | Some(0) => return Ok((backend.map(str::to_string), None)),
         Some(n) => n,
     };
-    let named: Option<BackendKind> = backend.map(str::parse).transpose()?;
-    // The CPU side: flex, ndarray, candle in that order; the accelerator: cuda, then wgpu.
-    let first = |cpu: bool| {
-        let order = [
-            BackendKind::Flex,
-            BackendKind::Ndarray,
-            BackendKind::Candle,
-            BackendKind::Cuda,
-            BackendKind::Wgpu,
-        ];
-        order
-            .into_iter()
-            .find(|k| k.is_compiled() && k.is_cpu() == cpu)
+    let named = match backend {
+        Some(b) => b.parse::<BackendKind>()?,
+        None => BackendKind::Auto,
     };
-    let (accel, cpu) = match named {
-        Some(k) if k.is_cpu() => (first(false), Some(k)),
-        Some(k) => (Some(k), first(true)),
-        None => (first(false), first(true)),
-    };
-    let accel = accel.context(
-        "--gpu-layers needs an accelerator backend compiled in: rebuild with `--features wgpu` or \
-         `--features cuda`",
-    )?;
-    let cpu = cpu.context(
-        "--gpu-layers runs the layers it does not offload on a CPU backend; none is compiled in",
-    )?;
-    Ok((
-        Some(cpu.name().to_string()),
-        Some(Offload { accel, layers: n }),
-    ))
+    let (cpu, offload) = cinder::llm::offload_plan(named, n).map_err(|e| {
+        anyhow::anyhow!(
+            "{}",
+            e.to_string()
+                .trim_start_matches("invalid option: ")
+                .replace("gpu_layers", "--gpu-layers")
+        )
+    })?;
+    Ok((Some(cpu.name().to_string()), offload))
 }
 
-/// Logs to stderr at `verbose`'s level (`RUST_LOG` overrides); with `count_launches`, also counts
-/// CubeCL kernel launches (`cinder bench`: each layer keeps its own filter, so the counter sees
-/// the launch spans whatever the log level).
 fn init_logging(verbose: u8, count_launches: bool) {
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
@@ -202,7 +183,7 @@ fn init_logging(verbose: u8, count_launches: bool) {
 fn pick_backend(backend: Option<&str>, threads: Option<usize>) -> Result<BackendKind> {
     let kind = match backend {
         Some(name) => {
-            let k: BackendKind = name.parse()?;
+            let k = name.parse::<BackendKind>()?.resolve()?;
             if !k.is_compiled() {
                 // dispatch would say the same; say it before loading anything
                 anyhow::bail!(backends::BackendError::not_compiled(k));

@@ -1,0 +1,824 @@
+//! [`Llm`]: a language model behind one continuous-batching engine, on a backend chosen at run
+//! time, as a cheap `Clone + Send + Sync` handle.
+//!
+//! The handle turns text into engine requests (tokenizer, chat template, grammar) and the engine's
+//! events back into text: there is no second generation loop. Calls from many threads or tasks
+//! batch together in the one engine; dropping a stream cancels its sequence and frees its KV
+//! blocks at the engine's next step.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use cinder_backends::{BackendKind, BackendTask, InferenceBackend};
+use cinder_importer::{ModelInfo, Offload};
+use cinder_runtime::constraint::{Constraint, Grammars};
+use cinder_runtime::engine::{
+    Engine, EngineConfig, EngineHandle, EngineStats, Event, EventStream, FinishReason, Request,
+    SpeculativeConfig, check_draft_tokenizer,
+};
+use cinder_runtime::kv::KvBudget;
+use cinder_runtime::model::CausalLm;
+use cinder_runtime::tokenizer::{Tokenizer, apply_chat_template};
+
+use crate::error::{Error, Result};
+
+mod options;
+mod stream;
+mod structured;
+
+pub use options::{GenerateOptions, Message, Output, Role};
+pub use stream::{AsyncTextStream, TextStream};
+pub use structured::json_schema_of;
+
+/// How a model proposes speculative tokens (the output is the same with or without).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Speculative {
+    /// Prompt lookup: guesses continue an n-gram already in the text.
+    Ngram {
+        /// most tokens proposed per step (1..=64)
+        tokens: usize,
+    },
+    /// A smaller model with the same tokenizer proposes (catalog name or path).
+    Draft {
+        /// the draft model
+        model: String,
+        /// most tokens proposed per step (1..=64)
+        tokens: usize,
+    },
+}
+
+/// Settings for [`Llm::builder`]: backend, threads, layer offload, KV memory, batching,
+/// speculation.
+///
+/// # Examples
+///
+/// ```no_run
+/// use cinder::{BackendKind, Llm};
+/// let llm = Llm::builder("smollm2-135m")
+///     .backend(BackendKind::Auto)
+///     .threads(2)
+///     .kv_memory(256 << 20)
+///     .max_seqs(8)
+///     .build()?;
+/// println!("running on {}", llm.backend());
+/// # Ok::<(), cinder::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a builder does nothing until `build`"]
+pub struct LlmBuilder {
+    model: String,
+    backend: BackendKind,
+    threads: Option<usize>,
+    gpu_layers: usize,
+    engine: EngineConfig,
+    speculative: Option<Speculative>,
+}
+
+impl LlmBuilder {
+    /// Where to run: a backend compiled in, or [`BackendKind::Auto`] (the default: CUDA, then a
+    /// hardware wgpu adapter, then the CPU).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::builder("smollm2-135m").backend(cinder::BackendKind::Flex).build()?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn backend(mut self, kind: BackendKind) -> Self {
+        self.backend = kind;
+        self
+    }
+
+    /// CPU threads for the CPU backends (the process-wide pool: set once per process).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::builder("smollm2-135m").threads(2).build()?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn threads(mut self, n: usize) -> Self {
+        self.threads = Some(n);
+        self
+    }
+
+    /// Runs the first `n` layers on the accelerator (CUDA, else wgpu) and the rest on the CPU,
+    /// like llama.cpp's `-ngl` (0: no split).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::builder("smollm2-135m").gpu_layers(10).build()?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn gpu_layers(mut self, n: usize) -> Self {
+        self.gpu_layers = n;
+        self
+    }
+
+    /// Bytes of KV cache (default: sized from the model and the free memory, at most 512 MiB).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::builder("smollm2-135m").kv_memory(64 << 20).build()?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn kv_memory(mut self, bytes: u64) -> Self {
+        self.engine.kv_budget = Some(KvBudget::Bytes(bytes));
+        self
+    }
+
+    /// Most sequences decoding at once (default 16); more wait in the queue.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::builder("smollm2-135m").max_seqs(4).build()?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn max_seqs(mut self, n: usize) -> Self {
+        self.engine.scheduler.max_seqs = n;
+        self
+    }
+
+    /// Requests that may wait for a slot before more are refused with a queue-full error
+    /// (default 64).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::builder("smollm2-135m").max_waiting(256).build()?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn max_waiting(mut self, n: usize) -> Self {
+        self.engine.max_waiting = n;
+        self
+    }
+
+    /// Speculative decoding for every request (same output, fewer forwards when guesses hold).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use cinder::{Llm, Speculative};
+    /// let llm = Llm::builder("smollm2-135m").speculative(Speculative::Ngram { tokens: 4 }).build()?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn speculative(mut self, s: Speculative) -> Self {
+        self.speculative = Some(s);
+        self
+    }
+
+    /// The engine settings under the builder's setters, for what they do not cover.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let mut cfg = cinder::runtime::engine::EngineConfig::default();
+    /// cfg.prefix_caching = false;
+    /// let llm = cinder::Llm::builder("smollm2-135m").engine_config(cfg).build()?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn engine_config(mut self, cfg: EngineConfig) -> Self {
+        self.engine = cfg;
+        self
+    }
+
+    /// Resolves the model (pulling a catalog model on first use), loads it on the backend and
+    /// starts its engine thread.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::builder("smollm2-135m").build()?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn build(self) -> Result<Llm> {
+        let mut engine = self.engine;
+        let draft = match &self.speculative {
+            None => None,
+            Some(Speculative::Ngram { tokens }) => {
+                engine.speculative = Some(spec_config(*tokens)?);
+                None
+            }
+            Some(Speculative::Draft { model, tokens }) => {
+                engine.speculative = Some(spec_config(*tokens)?);
+                Some(crate::resolve_model(model)?)
+            }
+        };
+        let (kind, offload) = offload_plan(self.backend, self.gpu_layers)?;
+        if let Some(t) = self.threads {
+            if kind.is_cpu() {
+                cinder_backends::set_threads(t)?;
+            } else {
+                tracing::warn!("threads({t}) has no effect on the {kind} backend");
+            }
+        }
+        let path = crate::resolve_model(&self.model)?;
+        let task = Start {
+            path,
+            draft,
+            offload,
+            cfg: engine,
+        };
+        let s = cinder_backends::dispatch(kind, task)??;
+        tracing::info!(backend = %kind, model = %self.model, "model loaded");
+        Ok(Llm {
+            inner: Arc::new(Inner {
+                name: self.model,
+                backend: kind,
+                offload,
+                handle: s.engine.handle(),
+                engine: Some(s.engine),
+                tokenizer: s.tokenizer,
+                info: s.info,
+                vocab: s.vocab,
+                grammars: OnceLock::new(),
+            }),
+        })
+    }
+}
+
+fn spec_config(tokens: usize) -> Result<SpeculativeConfig> {
+    if tokens == 0 || tokens > 64 {
+        return Err(Error::InvalidOption(format!(
+            "speculative tokens must be 1..=64, not {tokens}"
+        )));
+    }
+    Ok(SpeculativeConfig {
+        draft_tokens: tokens,
+        ..SpeculativeConfig::default()
+    })
+}
+
+/// The backend a model loads on and the layer split, from a requested backend and a number of
+/// layers to offload (0: none): with layers to offload, the named CPU backend (or the first
+/// compiled one) holds the rest and the named accelerator (or CUDA, then wgpu) the first `layers`.
+///
+/// # Examples
+///
+/// ```
+/// use cinder::BackendKind;
+/// let (kind, offload) = cinder::llm::offload_plan(BackendKind::Flex, 0)?;
+/// assert_eq!((kind, offload.is_none()), (BackendKind::Flex, true));
+/// # Ok::<(), cinder::Error>(())
+/// ```
+pub fn offload_plan(backend: BackendKind, layers: usize) -> Result<(BackendKind, Option<Offload>)> {
+    if layers == 0 {
+        return Ok((backend.resolve()?, None));
+    }
+    // The CPU side: flex, ndarray, candle in that order; the accelerator: cuda, then wgpu.
+    let first = |cpu: bool| {
+        BackendKind::ALL
+            .into_iter()
+            .filter(|k| k.is_compiled() && k.is_cpu() == cpu)
+            .min_by_key(|k| {
+                if cpu {
+                    0
+                } else {
+                    (*k != BackendKind::Cuda) as u8
+                }
+            })
+    };
+    let (accel, cpu) = match backend {
+        BackendKind::Auto => (first(false), first(true)),
+        k if k.is_cpu() => (first(false), Some(k)),
+        k => (Some(k), first(true)),
+    };
+    let accel = accel.ok_or_else(|| {
+        Error::InvalidOption(
+            "gpu_layers needs an accelerator backend compiled in: rebuild with `--features wgpu` \
+             or `--features cuda`"
+                .into(),
+        )
+    })?;
+    if !accel.is_compiled() {
+        return Err(cinder_backends::BackendError::not_compiled(accel).into());
+    }
+    let cpu = cpu.ok_or_else(|| {
+        Error::InvalidOption(
+            "gpu_layers runs the layers it does not offload on a CPU backend; none is compiled in"
+                .into(),
+        )
+    })?;
+    tracing::info!(accelerator = %accel, layers, "layer offload");
+    Ok((cpu, Some(Offload { accel, layers })))
+}
+
+/// What the backend task hands back: everything but the backend type.
+struct Started {
+    engine: Engine,
+    tokenizer: Arc<Tokenizer>,
+    info: ModelInfo,
+    vocab: usize,
+}
+
+/// Loads the model (and a draft) on `B` and starts the engine thread.
+struct Start {
+    path: PathBuf,
+    draft: Option<PathBuf>,
+    offload: Option<Offload>,
+    cfg: EngineConfig,
+}
+
+impl Start {
+    fn load<B: InferenceBackend>(
+        &self,
+        path: &Path,
+        device: &B::Device,
+    ) -> Result<cinder_importer::LoadedModel<B>> {
+        Ok(match self.offload {
+            Some(o) => cinder_importer::load_model_offloaded::<B>(path, device, o)?,
+            None => cinder_importer::load_model::<B>(path, device)?,
+        })
+    }
+}
+
+impl BackendTask for Start {
+    type Output = Result<Started>;
+    fn run<B: InferenceBackend>(self, device: B::Device) -> Result<Started> {
+        let m = self.load::<B>(&self.path, &device)?;
+        let draft = match &self.draft {
+            Some(p) => {
+                let d = self.load::<B>(p, &device)?;
+                check_draft_tokenizer(&m.tokenizer, &d.tokenizer)?;
+                Some(Box::new(d.model) as Box<dyn CausalLm<B> + Send + Sync>)
+            }
+            None => None,
+        };
+        let vocab = m.model.vocab_size();
+        let engine =
+            Engine::start_with_draft::<B, _>(m.model, draft, m.tokenizer.clone(), self.cfg)?;
+        Ok(Started {
+            engine,
+            tokenizer: m.tokenizer,
+            info: m.info,
+            vocab,
+        })
+    }
+}
+
+struct Inner {
+    name: String,
+    backend: BackendKind,
+    offload: Option<Offload>,
+    handle: EngineHandle,
+    /// Owned so the engine thread stops when the last handle goes.
+    engine: Option<Engine>,
+    tokenizer: Arc<Tokenizer>,
+    info: ModelInfo,
+    vocab: usize,
+    /// The grammar compiler (token trie), built on the first constrained call.
+    grammars: OnceLock<std::result::Result<Grammars, String>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(e) = self.engine.take() {
+            e.shutdown();
+        }
+    }
+}
+
+/// A language model, ready to generate: `Clone` (cheap: one engine behind every clone), `Send`
+/// and `Sync`, with no backend type parameter.
+///
+/// # Examples
+///
+/// ```no_run
+/// use cinder::{GenerateOptions, Llm, Message};
+/// let llm = Llm::load("smollm2-135m")?;
+/// let out = llm.generate("The capital of France is", &GenerateOptions::greedy(16))?;
+/// println!("{}", out.text);
+/// let reply = llm.chat(&[Message::system("Be brief."), Message::user("Name three colours.")])?;
+/// println!("{}", reply.text);
+/// for piece in llm.stream("Once upon a time", &GenerateOptions::default())? {
+///     print!("{}", piece?);
+/// }
+/// # Ok::<(), cinder::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Llm {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Llm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Llm")
+            .field("model", &self.inner.name)
+            .field("backend", &self.inner.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Llm {
+    /// Loads a model with the default settings ([`BackendKind::Auto`]): a catalog name
+    /// (`smollm2-135m`), a GGUF file, a record directory or a Hugging Face checkpoint directory.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// let gguf = cinder::Llm::load(std::path::Path::new("model.gguf"))?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn load(model: impl AsRef<Path>) -> Result<Self> {
+        Self::builder(model).build()
+    }
+
+    /// Starts a [`LlmBuilder`] for `model` (as in [`Llm::load`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::builder("smollm2-135m").threads(2).build()?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn builder(model: impl AsRef<Path>) -> LlmBuilder {
+        LlmBuilder {
+            model: model.as_ref().to_string_lossy().into_owned(),
+            backend: BackendKind::Auto,
+            threads: None,
+            gpu_layers: 0,
+            engine: EngineConfig::default(),
+            speculative: None,
+        }
+    }
+
+    /// The backend the model runs on ([`BackendKind::Auto`] resolved; with layer offload, the CPU
+    /// side — see [`Llm::offload`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// assert_ne!(llm.backend(), cinder::BackendKind::Auto);
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn backend(&self) -> BackendKind {
+        self.inner.backend
+    }
+
+    /// The layer split, when some layers run on an accelerator.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::builder("smollm2-135m").gpu_layers(4).build()?;
+    /// assert_eq!(llm.offload().map(|o| o.layers), Some(4));
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn offload(&self) -> Option<Offload> {
+        self.inner.offload
+    }
+
+    /// The model's file facts (architecture, sizes, tensor types, sha256).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// println!("{}", llm.info().arch);
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn info(&self) -> &ModelInfo {
+        &self.inner.info
+    }
+
+    /// The model's tokenizer.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// let ids = llm.tokenizer().encode("Hello", true)?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.inner.tokenizer
+    }
+
+    /// The engine's figures now (queue, running sequences, KV use, speculation).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// println!("{} KV blocks", llm.stats().kv_blocks_total);
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn stats(&self) -> EngineStats {
+        self.inner.handle.stats()
+    }
+
+    /// The engine underneath, for requests in token ids ([`cinder_runtime::engine::Request`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use cinder::runtime::engine::Request;
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// let ids = llm.tokenizer().encode("Hi", true)?;
+    /// let events = llm.engine().submit(Request::greedy(ids, 4))?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn engine(&self) -> &EngineHandle {
+        &self.inner.handle
+    }
+
+    /// Most tokens (prompt + generated) one request can have.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// assert!(llm.max_request_tokens() >= 1024);
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn max_request_tokens(&self) -> usize {
+        self.inner.handle.max_request_tokens()
+    }
+
+    /// Continues `prompt` (raw text; the model's BOS is added when it wants one).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// let out = llm.generate("The capital of France is", &cinder::GenerateOptions::greedy(8))?;
+    /// println!("{}", out.text);
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn generate(&self, prompt: &str, opts: &GenerateOptions) -> Result<Output> {
+        let r = opts.request(self.encode(prompt)?);
+        collect_blocking(self.submit(r)?)
+    }
+
+    /// `n` continuations of `prompt`, each sampled with its own seed (the options' seed + its
+    /// index), batched together in the engine.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// let opts = cinder::GenerateOptions::default().max_tokens(12);
+    /// for out in llm.generate_n("A haiku about rain:", &opts, 3)? {
+    ///     println!("{}", out.text);
+    /// }
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn generate_n(
+        &self,
+        prompt: &str,
+        opts: &GenerateOptions,
+        n: usize,
+    ) -> Result<Vec<Output>> {
+        let ids = self.encode(prompt)?;
+        let streams = (0..n)
+            .map(|i| {
+                let mut r = opts.request(ids.clone());
+                r.sampling.seed = r.sampling.seed.wrapping_add(i as u64);
+                self.submit(r)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        streams.into_iter().map(collect_blocking).collect()
+    }
+
+    /// Answers a chat, rendered with the model's own template, greedily (up to 512 tokens).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use cinder::{Llm, Message};
+    /// let llm = Llm::load("smollm2-135m")?;
+    /// let reply = llm.chat(&[Message::system("Be brief."), Message::user("Name three colours.")])?;
+    /// println!("{}", reply.text);
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn chat(&self, messages: &[Message]) -> Result<Output> {
+        self.chat_with(messages, &GenerateOptions::greedy(512))
+    }
+
+    /// [`Llm::chat`] with options.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use cinder::{GenerateOptions, Llm, Message};
+    /// let llm = Llm::load("smollm2-135m")?;
+    /// let opts = GenerateOptions::default().temperature(0.7).max_tokens(64);
+    /// let reply = llm.chat_with(&[Message::user("Tell me a joke.")], &opts)?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn chat_with(&self, messages: &[Message], opts: &GenerateOptions) -> Result<Output> {
+        let r = opts.request(self.chat_ids(messages)?);
+        collect_blocking(self.submit(r)?)
+    }
+
+    /// Streams the continuation of `prompt` piece by piece; dropping the stream cancels the
+    /// request.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// for piece in llm.stream("Once upon a time", &cinder::GenerateOptions::default())? {
+    ///     print!("{}", piece?);
+    /// }
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn stream(&self, prompt: &str, opts: &GenerateOptions) -> Result<TextStream> {
+        let r = opts.request(self.encode(prompt)?);
+        Ok(TextStream::new(self.submit(r)?))
+    }
+
+    /// Streams a chat's answer (as [`Llm::stream`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use cinder::{GenerateOptions, Llm, Message};
+    /// let llm = Llm::load("smollm2-135m")?;
+    /// for piece in llm.stream_chat(&[Message::user("Hi!")], &GenerateOptions::greedy(32))? {
+    ///     print!("{}", piece?);
+    /// }
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn stream_chat(&self, messages: &[Message], opts: &GenerateOptions) -> Result<TextStream> {
+        let r = opts.request(self.chat_ids(messages)?);
+        Ok(TextStream::new(self.submit(r)?))
+    }
+
+    /// [`Llm::generate`] for async code: waits without blocking a thread.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), cinder::Error> {
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// let out = llm.generate_async("Hello", &cinder::GenerateOptions::greedy(8)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn generate_async(&self, prompt: &str, opts: &GenerateOptions) -> Result<Output> {
+        let r = opts.request(self.encode(prompt)?);
+        let mut s = self.submit(r)?;
+        let mut acc = Collector::default();
+        while let Some(ev) = s.next().await {
+            if let Some(out) = acc.push(ev)? {
+                return Ok(out);
+            }
+        }
+        Err(cinder_runtime::RuntimeError::EngineStopped.into())
+    }
+
+    /// [`Llm::chat`] for async code.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), cinder::Error> {
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// let reply = llm.chat_async(&[cinder::Message::user("Hi")], &cinder::GenerateOptions::greedy(16)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn chat_async(&self, messages: &[Message], opts: &GenerateOptions) -> Result<Output> {
+        let r = opts.request(self.chat_ids(messages)?);
+        let mut s = self.submit(r)?;
+        let mut acc = Collector::default();
+        while let Some(ev) = s.next().await {
+            if let Some(out) = acc.push(ev)? {
+                return Ok(out);
+            }
+        }
+        Err(cinder_runtime::RuntimeError::EngineStopped.into())
+    }
+
+    /// A [`futures_core::Stream`] of text pieces; dropping it cancels the request.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), cinder::Error> {
+    /// use futures_util::StreamExt;
+    /// let llm = cinder::Llm::load("smollm2-135m")?;
+    /// let mut s = llm.stream_async("Once upon a time", &cinder::GenerateOptions::greedy(32))?;
+    /// while let Some(piece) = s.next().await {
+    ///     print!("{}", piece?);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn stream_async(&self, prompt: &str, opts: &GenerateOptions) -> Result<AsyncTextStream> {
+        let r = opts.request(self.encode(prompt)?);
+        Ok(AsyncTextStream::new(self.submit(r)?))
+    }
+
+    /// Prompt ids of raw text.
+    fn encode(&self, prompt: &str) -> Result<Vec<u32>> {
+        Ok(self.inner.tokenizer.encode(prompt, true)?)
+    }
+
+    /// Prompt ids of a chat rendered through the model's template (special tokens parsed).
+    fn chat_ids(&self, messages: &[Message]) -> Result<Vec<u32>> {
+        self.chat_ids_with_tools(messages, None)
+    }
+
+    fn chat_ids_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&[serde_json::Value]>,
+    ) -> Result<Vec<u32>> {
+        let msgs: Vec<_> = messages.iter().map(Message::to_chat).collect();
+        let tok = &self.inner.tokenizer;
+        let text = match tools {
+            None => apply_chat_template(tok, &msgs, true)?,
+            Some(t) => cinder_runtime::tokenizer::apply_chat_template_with_tools(
+                tok,
+                &msgs,
+                Some(t),
+                true,
+            )?,
+        };
+        Ok(tok.tokenize(&text, false, true)?)
+    }
+
+    fn submit(&self, r: Request) -> Result<EventStream> {
+        Ok(self.inner.handle.submit(r)?)
+    }
+
+    /// The model's grammar compiler, built on first use.
+    fn grammars(&self) -> Result<&Grammars> {
+        self.inner
+            .grammars
+            .get_or_init(|| {
+                Grammars::new(&self.inner.tokenizer, self.inner.vocab).map_err(|e| e.to_string())
+            })
+            .as_ref()
+            .map_err(|e| Error::Runtime(cinder_runtime::RuntimeError::Constraint(e.clone())))
+    }
+
+    /// A request for `ids` that follows `c`.
+    fn constrained(
+        &self,
+        ids: Vec<u32>,
+        c: &Constraint,
+        opts: &GenerateOptions,
+    ) -> Result<Request> {
+        let mut r = opts.request(ids);
+        r.constraint = Some(self.grammars()?.compile(c)?);
+        Ok(r)
+    }
+}
+
+/// Gathers a request's events into an [`Output`].
+#[derive(Default)]
+struct Collector {
+    out_text: String,
+    tokens: Vec<u32>,
+    logprobs: Vec<cinder_runtime::engine::TokenLogprob>,
+}
+
+impl Collector {
+    /// Takes one event; the output once the request has finished.
+    fn push(&mut self, ev: Event) -> Result<Option<Output>> {
+        match ev {
+            Event::Token { id, text, logprob } => {
+                self.tokens.push(id);
+                self.out_text.push_str(&text);
+                self.logprobs.extend(logprob);
+                Ok(None)
+            }
+            Event::Finished {
+                reason,
+                text,
+                usage,
+            } => {
+                if !matches!(
+                    reason,
+                    FinishReason::Length | FinishReason::Eos | FinishReason::Stop
+                ) {
+                    return Err(Error::Ended(reason));
+                }
+                self.out_text.push_str(&text);
+                Ok(Some(Output {
+                    text: std::mem::take(&mut self.out_text),
+                    tokens: std::mem::take(&mut self.tokens),
+                    finish: reason,
+                    usage,
+                    logprobs: std::mem::take(&mut self.logprobs),
+                }))
+            }
+        }
+    }
+}
+
+/// Waits for a request on this thread.
+fn collect_blocking(mut s: EventStream) -> Result<Output> {
+    let mut acc = Collector::default();
+    while let Some(ev) = s.blocking_next() {
+        if let Some(out) = acc.push(ev)? {
+            return Ok(out);
+        }
+    }
+    Err(cinder_runtime::RuntimeError::EngineStopped.into())
+}
