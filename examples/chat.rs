@@ -3,7 +3,7 @@
 //! `cargo run --release --example chat -- "First question" "A follow-up"` (no arguments: one
 //! message per line from stdin). Built with `--features cuda` or `--features wgpu` it runs there.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 
 use cinder::{GenerateOptions, Llm, Message};
 
@@ -11,13 +11,10 @@ fn main() -> Result<(), cinder::Error> {
     let llm = Llm::load("smollm2-135m")?;
     let mut chat = vec![Message::system("You are a concise assistant.")];
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let stdin = std::io::stdin().lock().lines().map_while(Result::ok);
-    let turns: Box<dyn Iterator<Item = String>> = if args.is_empty() {
-        Box::new(stdin)
-    } else {
-        Box::new(args.into_iter())
-    };
-    for user in turns.filter(|l| !l.trim().is_empty()) {
+    // Without arguments, one turn per stdin line (read as they come: `take(0)` reads nothing).
+    let n = if args.is_empty() { usize::MAX } else { 0 };
+    let lines = std::io::stdin().lines().map_while(Result::ok).take(n);
+    for user in args.into_iter().chain(lines) {
         println!("> {user}");
         chat.push(Message::user(user));
         let mut reply = String::new();

@@ -6,16 +6,16 @@
 
 use cinder::Embedder;
 
+const DEFAULT: [&str; 3] = [
+    "A cat sits on the mat.",
+    "A kitten rests on a rug.",
+    "Stocks fell.",
+];
+
 fn main() -> Result<(), cinder::Error> {
     let mut texts: Vec<String> = std::env::args().skip(1).collect();
     if texts.is_empty() {
-        texts = [
-            "A cat sits on the mat.",
-            "A kitten rests on a rug.",
-            "Stocks fell sharply today.",
-        ]
-        .map(String::from)
-        .to_vec();
+        texts = DEFAULT.map(String::from).to_vec();
     }
     let vectors = Embedder::load("all-minilm-l6-v2")?.embed(&texts)?;
     println!(
