@@ -22,7 +22,8 @@ FLOORS = [
     ("models", ["models"]),
     ("importer", ["importer"]),
     ("server", ["server"]),
-    ("cinder", [""]),  # the facade crate at the root: CLI, examples, benches, tests
+    # the facade crate at the root (CLI, examples, benches, tests), and the example crates built on it
+    ("cinder", ["", "examples"]),
 ]
 
 

@@ -242,8 +242,10 @@ fn dropping_a_stream_frees_its_sequence() {
     let mut s = llm
         .stream("Write a long story about a dragon.", &opts)
         .expect("stream");
-    let first = s.next().expect("a piece").expect("text");
-    assert!(!first.is_empty());
+    // Two pieces: the step that produced the first has ended, so its figures are published.
+    for _ in 0..2 {
+        assert!(!s.next().expect("a piece").expect("text").is_empty());
+    }
     assert_eq!(llm.stats().running, 1);
     drop(s);
     let t0 = Instant::now();

@@ -471,8 +471,9 @@ impl BackendTask for Dtypes {
                 .expect("q");
             assert_eq!(q.ty.name(), ty);
             let store: HashMap<_, _> = ck.tensors.into_iter().collect();
-            let model = cinder::importer::ArchConfig::Llama(ck.config)
-                .build::<B, _>(&store, &device)
+            let model = cinder::importer::ArchConfig::new("llama", ck.config)
+                .expect("llama is registered")
+                .build::<B>(&store, &device)
                 .expect("builds");
             let mut cache = ContiguousKvCache::<B>::new(1, 16);
             logits.push(prefill(&model, &mut cache, &[1, 2, 3, 4]).expect("runs"));

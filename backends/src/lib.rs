@@ -328,6 +328,43 @@ pub fn dispatch<T: BackendTask>(kind: BackendKind, task: T) -> Result<T::Output,
     }
 }
 
+/// Something done once per compiled backend type ([`for_each_compiled`]): what a registry does to
+/// hold a generic item ready for every backend a program can pick.
+pub trait BackendVisitor {
+    /// Called with each compiled backend type.
+    fn visit<B: InferenceBackend>(&mut self);
+}
+
+/// Calls `v.visit::<B>()` for every backend type compiled in (no device is touched).
+///
+/// # Examples
+///
+/// ```
+/// use cinder_backends::{BackendVisitor, InferenceBackend, for_each_compiled};
+/// struct Names(Vec<&'static str>);
+/// impl BackendVisitor for Names {
+///     fn visit<B: InferenceBackend>(&mut self) {
+///         self.0.push(B::KIND.name());
+///     }
+/// }
+/// let mut n = Names(Vec::new());
+/// for_each_compiled(&mut n);
+/// assert_eq!(n.0.len(), cinder_backends::compiled().len());
+/// ```
+pub fn for_each_compiled<V: BackendVisitor>(v: &mut V) {
+    let _ = &v;
+    #[cfg(feature = "flex")]
+    v.visit::<types::Flex>();
+    #[cfg(feature = "ndarray")]
+    v.visit::<types::NdArray>();
+    #[cfg(feature = "candle")]
+    v.visit::<types::Candle>();
+    #[cfg(feature = "wgpu")]
+    v.visit::<types::Wgpu>();
+    #[cfg(feature = "cuda")]
+    v.visit::<types::Cuda>();
+}
+
 /// Concrete backend types, one alias per compiled feature (f32 floats throughout).
 pub mod types {
     /// burn-flex CPU backend.

@@ -53,6 +53,9 @@ pub enum ImportError {
         /// what is wrong
         reason: String,
     },
+    /// A model config that does not parse, or does not belong to the architecture it is given to.
+    #[error("model config: {0}")]
+    Config(String),
     /// The tokenizer does not fit the model.
     #[error("tokenizer does not match the model: {0}")]
     TokenizerMismatch(String),

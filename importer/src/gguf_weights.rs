@@ -138,6 +138,13 @@ impl<B: InferenceBackend, S: TensorStore + ?Sized> WeightSource<B> for TableWeig
         Ok(Tensor::from_data(TensorData::new(v, [len]), &self.device))
     }
 
+    fn bias_vector(&mut self, path: &str, len: usize) -> Result<Tensor<B, 1>, ModelError> {
+        let (name, t) = self.get(path, "bias")?;
+        check_dims(path, &name, &t, &[len as u64])?;
+        let v = f32_values(path, &t)?;
+        Ok(Tensor::from_data(TensorData::new(v, [len]), &self.device))
+    }
+
     fn device(&self) -> B::Device {
         self.device.clone()
     }

@@ -1,6 +1,7 @@
 //! # cinder-importer
 //!
-//! Turns checkpoint files into Cinder models: per-architecture configs and declarative name tables
+//! Turns checkpoint files into Cinder models: the architecture [`registry`] the loader consults
+//! (built-ins and any crate's own), per-architecture configs and declarative name tables
 //! ([`arch`]), a [`WeightSource`] over GGUF tensors (read by `cinder-gguf`), tokenizers (built by
 //! `cinder-tokenizer`), sentence-embedding models from SafeTensors or ONNX ([`embedding`]),
 //! Llama-family HF SafeTensors checkpoints ([`hf_llama`]), and Burn records with checksum manifests
@@ -10,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod arch;
+mod builtin;
 pub mod embedding;
 mod error;
 mod fused;
@@ -17,9 +19,11 @@ mod gguf_weights;
 pub mod hf_llama;
 mod load;
 pub mod record;
+pub mod registry;
 
 pub use embedding::{load_embedder, load_text_embedder};
 pub use error::{ImportError, Result};
 pub use gguf_weights::{GgufWeights, StoredTensor, TableWeights, TensorStore};
 pub use load::{ArchConfig, LoadedModel, ModelInfo, Offload, load_model, load_model_offloaded};
 pub use record::{ImportOptions, import};
+pub use registry::{Architecture, ArchitectureConfig, register};

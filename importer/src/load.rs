@@ -5,22 +5,18 @@
 //! (the whole model, or one device's share) is decided here, once for every format.
 
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use cinder_backends::{BackendKind, BackendTask, dispatch};
 use cinder_gguf::GgufFile;
-use cinder_models::gemma3::{Gemma3, Gemma3Blocks, Gemma3Config};
-use cinder_models::llama::{Llama, LlamaBlocks, LlamaConfig};
-use cinder_models::{AnyModel, Blocks, Decoder, Split};
+use cinder_models::{AnyModel, Split};
 use cinder_runtime::InferenceBackend;
 use cinder_tokenizer::Tokenizer;
-use serde::{Deserialize, Serialize};
 
-use crate::arch::{self, GEMMA3_GGUF_NAMES, LLAMA_FAMILY, LLAMA_GGUF_NAMES};
+use crate::arch;
 use crate::error::{ImportError, Result};
-use crate::fused::FusedSplit;
-use crate::gguf_weights::{TableWeights, TensorStore};
+use crate::gguf_weights::TensorStore;
+pub use crate::registry::ArchConfig;
 
 /// What `cinder info` reports about a file.
 #[derive(Debug, Clone)]
@@ -93,111 +89,6 @@ pub(crate) struct Loaded<T> {
 /// How a format's reader hands its config and tensors to whatever is built from them.
 pub(crate) type Build<'a, T> = Box<dyn FnOnce(&ArchConfig, &dyn TensorStore) -> Result<T> + 'a>;
 
-/// A decoder's config, whichever architecture (what a record's `config.json` holds).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "architecture", content = "config", rename_all = "lowercase")]
-pub enum ArchConfig {
-    /// Llama 2/3, SmolLM, Mistral, Qwen2, Qwen3, Phi-3
-    Llama(LlamaConfig),
-    /// Gemma 3
-    Gemma3(Gemma3Config),
-}
-
-impl ArchConfig {
-    /// The config a GGUF file's metadata describes.
-    pub fn from_gguf(file: &GgufFile) -> Result<Self> {
-        let arch_name = file.architecture()?;
-        if LLAMA_FAMILY.contains(&arch_name) {
-            let tables = arch::llama_family_tables(file, arch_name)?;
-            arch::check_tensor_names(file, arch_name, tables)?;
-            Ok(Self::Llama(arch::llama_config(file)?))
-        } else if arch_name == "gemma3" {
-            arch::check_tensor_names(file, arch_name, arch::GEMMA3_GGUF_NAMES)?;
-            Ok(Self::Gemma3(arch::gemma3_config(file)?))
-        } else {
-            Err(ImportError::UnsupportedArch(
-                arch_name.to_string(),
-                format!("{}, gemma3", LLAMA_FAMILY.join(", ")),
-            ))
-        }
-    }
-
-    /// Embedding rows (the vocabulary the tokenizer must fit).
-    pub fn vocab_size(&self) -> usize {
-        match self {
-            Self::Llama(c) => c.vocab_size,
-            Self::Gemma3(c) => c.vocab_size,
-        }
-    }
-
-    /// Builds the whole model from GGUF-named tensors.
-    pub fn build<B: InferenceBackend, S: TensorStore + ?Sized>(
-        &self,
-        store: &S,
-        device: &B::Device,
-    ) -> Result<AnyModel<B>> {
-        Ok(match self {
-            Self::Llama(cfg) => {
-                let split = FusedSplit::new(store, cfg);
-                let mut src = TableWeights::new(&split, LLAMA_GGUF_NAMES, device.clone());
-                AnyModel::new(Llama::load(cfg.clone(), &mut src)?)
-            }
-            Self::Gemma3(cfg) => {
-                let mut src = TableWeights::<B, S>::new(store, GEMMA3_GGUF_NAMES, device.clone());
-                AnyModel::new(Gemma3::load(cfg.clone(), &mut src)?)
-            }
-        })
-    }
-
-    /// Builds the embedding and head with blocks `layers` only (the CPU's share of a split model).
-    pub fn build_decoder<B: InferenceBackend, S: TensorStore + ?Sized>(
-        &self,
-        store: &S,
-        device: &B::Device,
-        layers: Range<usize>,
-    ) -> Result<Box<dyn Decoder<B>>> {
-        Ok(match self {
-            Self::Llama(cfg) => {
-                let split = FusedSplit::new(store, cfg);
-                let mut src = TableWeights::new(&split, LLAMA_GGUF_NAMES, device.clone());
-                Box::new(Llama::load_layers(cfg.clone(), &mut src, layers)?)
-            }
-            Self::Gemma3(cfg) => {
-                let mut src = TableWeights::<B, S>::new(store, GEMMA3_GGUF_NAMES, device.clone());
-                Box::new(Gemma3::load_layers(cfg.clone(), &mut src, layers)?)
-            }
-        })
-    }
-
-    /// Builds blocks `layers` alone (the accelerator's share of a split model).
-    pub fn build_blocks<B: InferenceBackend, S: TensorStore + ?Sized>(
-        &self,
-        store: &S,
-        device: &B::Device,
-        layers: Range<usize>,
-    ) -> Result<Box<dyn Blocks<B>>> {
-        Ok(match self {
-            Self::Llama(cfg) => {
-                let split = FusedSplit::new(store, cfg);
-                let mut src = TableWeights::new(&split, LLAMA_GGUF_NAMES, device.clone());
-                Box::new(LlamaBlocks::load(cfg.clone(), &mut src, layers)?)
-            }
-            Self::Gemma3(cfg) => {
-                let mut src = TableWeights::<B, S>::new(store, GEMMA3_GGUF_NAMES, device.clone());
-                Box::new(Gemma3Blocks::load(cfg.clone(), &mut src, layers)?)
-            }
-        })
-    }
-
-    /// The number of transformer blocks.
-    pub fn n_layers(&self) -> usize {
-        match self {
-            Self::Llama(c) => c.n_layers,
-            Self::Gemma3(c) => c.n_layers,
-        }
-    }
-}
-
 /// Reads the model at `path` (a record directory, an HF SafeTensors checkpoint directory, or a GGUF
 /// file) and builds `build` from it.
 fn load_source<T>(path: &Path, build: Build<'_, T>) -> Result<Loaded<T>> {
@@ -238,7 +129,7 @@ fn load_gguf_with<T>(path: &Path, build: Build<'_, T>) -> Result<Loaded<T>> {
 /// Loads any LLM path (a record directory, an HF SafeTensors checkpoint directory, or a GGUF file)
 /// whole on `device`. A record's checksums are verified before the model is handed out.
 pub fn load_model<B: InferenceBackend>(path: &Path, device: &B::Device) -> Result<LoadedModel<B>> {
-    let l = load_source(path, Box::new(|c, s| c.build::<B, _>(s, device)))?;
+    let l = load_source(path, Box::new(|c, s| c.build::<B>(s, device)))?;
     tracing::info!(arch = %l.info.arch, params = l.info.n_params, "model loaded");
     Ok(LoadedModel {
         model: l.built,
@@ -316,8 +207,8 @@ impl<C: InferenceBackend> BackendTask for Front<'_, C> {
             self.path,
             Box::new(move |c, s| {
                 let n = layers.min(c.n_layers());
-                let front = c.build_blocks::<A, _>(s, &device, 0..n)?;
-                let back = c.build_decoder::<C, _>(s, cpu_device, n..usize::MAX)?;
+                let front = c.build_blocks::<A>(s, &device, 0..n)?;
+                let back = c.build_decoder::<C>(s, cpu_device, n..usize::MAX)?;
                 let names = (A::KIND.name(), C::KIND.name());
                 Ok(AnyModel::new(Split::new(front, device, back, names)?))
             }),

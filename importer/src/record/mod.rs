@@ -194,7 +194,7 @@ fn hf_parts(dir: &Path, arch: Option<&str>) -> Result<Parts> {
         kind: "safetensors",
         arch: ck.arch,
         name: ck.name,
-        config: ArchConfig::Llama(ck.config),
+        config: ArchConfig::new("llama", ck.config)?,
         tensors: ck.tensors,
         sources,
         weight_sources,
@@ -305,7 +305,7 @@ pub fn import<B: InferenceBackend>(
         quantize_tensors(&mut parts.tensors, ty)?;
     }
     // Validate before writing: the model must build from these tensors, and the tokenizer fit it.
-    drop(parts.build(Box::new(|c, s| c.build::<B, _>(s, device)))?);
+    drop(parts.build(Box::new(|c, s| c.build::<B>(s, device)))?);
 
     let tmp = out.with_extension(format!("partial-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
