@@ -38,7 +38,9 @@ struct Generic<'a>(&'a mut Criterion);
 impl BackendTask for Generic<'_> {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
-        let path = cinder::catalog::resolve("smollm2-135m").expect("model").path;
+        let path = cinder::catalog::resolve("smollm2-135m")
+            .expect("model")
+            .path;
         let m = cinder::importer::load_model::<B>(&path, &device).expect("loads");
         let ids = m.tokenizer.encode(PROMPTS[0], true).expect("encode");
         let o = cinder::prelude::GenerateOptions {

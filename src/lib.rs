@@ -47,7 +47,7 @@ pub use embedder::{Embedder, TextIndex};
 pub use error::{Error, Result};
 pub use llm::{
     AsyncTextStream, GenerateOptions, Llm, LlmBuilder, Message, Output, Role, Speculative,
-    TextStream,
+    TextStream, Tool, ToolCall, ToolChoice, ToolReply,
 };
 
 /// A model name (catalog entry) or path as a local path: a catalog model is fetched and

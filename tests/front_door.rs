@@ -414,3 +414,68 @@ fn embedder_matches_sentence_transformers_and_searches() {
         );
     }
 }
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct Weather {
+    city: String,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Clock {
+    timezone: String,
+}
+
+#[test]
+fn typed_tool_calls_round_trip() {
+    use cinder::{Tool, ToolChoice};
+    let llm = load(primary_backend());
+    let tools = [
+        Tool::new::<Weather>("get_weather", "The current weather in a city"),
+        Tool::new::<Clock>("get_time", "The time in a timezone"),
+    ];
+    let mut chat = vec![Message::user("What is the weather in Paris?")];
+    // A named tool: the grammar forces one call of it, with arguments of its type.
+    let reply = llm
+        .chat_tools(
+            &chat,
+            &tools,
+            ToolChoice::Named("get_weather".into()),
+            &GenerateOptions::greedy(64),
+        )
+        .expect("a forced call");
+    assert_eq!(reply.calls.len(), 1, "{reply:?}");
+    assert_eq!(reply.calls[0].name, "get_weather");
+    let args: Weather = reply.calls[0].arguments().expect("typed arguments");
+    assert!(!args.city.is_empty(), "{args:?}");
+    // The call and its result go back; `None` answers in text.
+    chat.push(reply.message());
+    chat.push(Message::tool(
+        &reply.calls[0].id,
+        r#"{"temperature_c": 21}"#,
+    ));
+    let answer = llm
+        .chat_tools(
+            &chat,
+            &tools,
+            ToolChoice::None,
+            &GenerateOptions::greedy(32),
+        )
+        .expect("an answer");
+    assert!(answer.calls.is_empty());
+    assert!(!answer.text.unwrap_or_default().trim().is_empty());
+    // SmolLM2's template has no tool syntax: the model cannot choose, and says so.
+    let e = llm
+        .chat_tools(&chat, &tools, ToolChoice::Auto, &GenerateOptions::greedy(8))
+        .expect_err("auto without a tool syntax");
+    assert!(matches!(e, Error::Unsupported(_)), "{e}");
+    let e = llm
+        .chat_tools(
+            &chat,
+            &tools,
+            ToolChoice::Named("nope".into()),
+            &GenerateOptions::greedy(8),
+        )
+        .expect_err("unknown tool");
+    assert!(e.to_string().contains("nope"), "{e}");
+}

@@ -2,7 +2,7 @@
 //! `quantize_row_*_ref` (what `llama-quantize` writes for these types without an importance matrix).
 //!
 //! Covered: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, and the K-quants Q4_K, Q5_K, Q6_K (in
-//! [`crate::kquant`]). Q2_K/Q3_K and the i-quants are not implemented: asking for one is an error.
+//! `kquant`). Q2_K/Q3_K and the i-quants are not implemented: asking for one is an error.
 
 use half::{bf16, f16};
 

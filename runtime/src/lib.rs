@@ -21,5 +21,6 @@ pub use cinder_backends::InferenceBackend;
 pub use cinder_backends::fused::{Glu, RopeStyle};
 pub mod sampler;
 pub mod tokenizer;
+pub mod tools;
 
 pub use error::{Result, RuntimeError};

@@ -25,10 +25,12 @@ use crate::error::{Error, Result};
 mod options;
 mod stream;
 mod structured;
+mod tools;
 
 pub use options::{GenerateOptions, Message, Output, Role};
 pub use stream::{AsyncTextStream, TextStream};
 pub use structured::json_schema_of;
+pub use tools::{Tool, ToolCall, ToolChoice, ToolReply};
 
 /// How a model proposes speculative tokens (the output is the same with or without).
 #[derive(Debug, Clone, PartialEq, Eq)]

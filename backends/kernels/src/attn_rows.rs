@@ -5,7 +5,7 @@
 //!
 //! [`crate::attn::attend_f16`] widens each f16 K/V row once per query position, and for a group of
 //! one or two query heads the widening costs as much as the products. Here the K and V rows of the
-//! shared range are widened once per block, a tile of [`TILE`] rows at a time, and every query row of
+//! shared range are widened once per block, a tile of `TILE` rows at a time, and every query row of
 //! the block reads the f32 tile: for a 512-token prefill in blocks of 16 positions, a row is widened
 //! 32 times instead of 512.
 //!

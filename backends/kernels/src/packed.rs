@@ -45,7 +45,7 @@ pub const ROWS: usize = 8;
 /// Activation rows one call of a group kernel handles (its accumulators stay in registers).
 pub const TILE: usize = 4;
 
-/// The formats with a packed layout on this machine. Q4_K and Q6_K ([`crate::packed_k`]) are packed
+/// The formats with a packed layout on this machine. Q4_K and Q6_K (`packed_k`) are packed
 /// on x86-64 only: their group kernels are AVX2 (elsewhere the NEON row kernels are faster than the
 /// portable twins).
 pub fn packable(ty: GgmlType) -> bool {

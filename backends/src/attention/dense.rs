@@ -1,6 +1,6 @@
 //! The generic paged attention every backend can run: the store is a Burn tensor
 //! `[blocks · block_size, kv_heads · head_dim]`, writes are `slice_assign`s of contiguous runs, and
-//! each sequence's slots are gathered for [`attention_with`]. K, V, queries and probabilities are
+//! each sequence's slots are gathered for `attention_with`. K, V, queries and probabilities are
 //! rounded to f16 as the CPU kernel (and llama.cpp) rounds them.
 
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
@@ -55,7 +55,7 @@ pub fn dense_kv_copy_block<B: Backend>(kv: &mut DenseKv<B>, src: u32, dst: u32) 
 }
 
 /// The generic paged attention (any backend): scatter the new rows by contiguous runs, gather each sequence's
-/// slots, run [`attention`] per sequence.
+/// slots, run `attention` per sequence.
 pub fn dense_paged_attention<B: Backend>(
     kv: &mut DenseKv<B>,
     q: Tensor<B, 4>,

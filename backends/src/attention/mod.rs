@@ -11,7 +11,7 @@
 //!   therefore does not depend on what else is in the batch, how the prompt was chunked, or whether
 //!   the sequence was recomputed after preemption — the property batched serving needs to give each
 //!   request exactly the tokens it would get alone.
-//! - The CubeCL backends (wgpu, cuda; [`cube`]) keep the store on the device and read the block
+//! - The CubeCL backends (wgpu, cuda; `cube`) keep the store on the device and read the block
 //!   tables there: one kernel writes a step's new K/V, one attends (GQA-aware, split over long
 //!   contexts).
 //! - Other backends use the generic fallback ([`dense`]): the store is a Burn tensor `[slots, kvh·hd]`,

@@ -5,8 +5,8 @@
 //! - CPU backends (flex, ndarray; [`host`]) keep the blocks as they are and run `cinder-kernels` (Q8
 //!   activation blocks and integer dot products, AVX2/AVX-512/NEON where the CPU has them), so a
 //!   4-bit weight is read as 4 bits.
-//! - wgpu and cuda ([`cube`]) repack the quants for CubeCL kernels that read them directly.
-//! - candle ([`candle`]) hands the blocks to candle's own quantized matmul.
+//! - wgpu and cuda (`cube`) repack the quants for CubeCL kernels that read them directly.
+//! - candle (`candle`) hands the blocks to candle's own quantized matmul.
 //! - The generic fallback ([`dense`]): the weight dequantized once to f32 on the device, activations
 //!   rounded as the kernels round them ([`crate::act`]), one Burn matmul. Correct everywhere, but it
 //!   holds f32 weights; the others use it for types they have no kernel for.

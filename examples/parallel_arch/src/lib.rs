@@ -228,7 +228,7 @@ pub struct Neox<B: InferenceBackend> {
 }
 
 impl<B: InferenceBackend> Neox<B> {
-    /// Loads every weight by module path ([`NAMES`] maps them to the file's names).
+    /// Loads every weight by module path (the name table maps them to the file's names).
     pub fn load(c: &NeoxConfig, src: &mut dyn WeightSource<B>) -> cinder::models::Result<Self> {
         Ok(Self {
             embed: Embedding::new(src.linear("embed", c.vocab_size, c.d_model, false)?),

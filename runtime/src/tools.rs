@@ -1,0 +1,377 @@
+//! Tool calls in the Hermes format (`<tool_call>{"name": …, "arguments": {…}}</tool_call>`, as
+//! Qwen2.5's and Hermes' chat templates write them): the functions a request offers and what it
+//! asks of them, the grammar that forces a call, and the parser that takes calls back out of the
+//! generated text, whole or piece by piece. Shared by the server's APIs and `cinder::Llm`.
+
+use serde_json::{Value, json};
+
+use crate::constraint::{Constraint, json_layout};
+use crate::tokenizer::Tokenizer;
+
+/// The tag that opens a call in the Hermes format.
+pub const OPEN: &str = "<tool_call>";
+/// The tag that closes it.
+pub const CLOSE: &str = "</tool_call>";
+
+/// One function the model may call.
+#[derive(Debug, Clone)]
+pub struct Function {
+    /// its name
+    pub name: String,
+    /// the JSON schema of its arguments (an object schema)
+    pub parameters: Value,
+    /// the whole `{"type": "function", "function": {...}}` entry, as the template renders it
+    pub entry: Value,
+}
+
+/// What a request's `tool_choice` asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Choice {
+    /// no calls (the tools are not shown to the model)
+    None,
+    /// the model decides
+    Auto,
+    /// at least one call, of any tool
+    Required,
+    /// one call of this function
+    Named(String),
+}
+
+/// The tools of a request, checked.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    /// the functions
+    pub functions: Vec<Function>,
+    /// what `tool_choice` asks for
+    pub choice: Choice,
+    /// whether several calls may come in one answer
+    pub parallel: bool,
+}
+
+impl Tools {
+    /// The tool entries the template renders (none for `tool_choice: "none"`).
+    pub fn rendered(&self) -> Option<Vec<Value>> {
+        (self.choice != Choice::None)
+            .then(|| self.functions.iter().map(|f| f.entry.clone()).collect())
+    }
+
+    /// Whether the answer is parsed for calls.
+    pub fn parses(&self) -> bool {
+        self.choice != Choice::None
+    }
+
+    /// The grammar that forces a call (`required` or a named function): the Hermes tags around
+    /// `{"name": …, "arguments": …}` valid under the function's parameters; several calls when
+    /// parallel calls are allowed and any function may be called. `None` for `auto` and `none`.
+    pub fn forced(&self, tok: &Tokenizer) -> Option<Constraint> {
+        let targets: Vec<&Function> = match &self.choice {
+            Choice::Required => self.functions.iter().collect(),
+            Choice::Named(n) => self.functions.iter().filter(|f| &f.name == n).collect(),
+            Choice::None | Choice::Auto => return None,
+        };
+        let calls: Vec<Value> = targets
+            .iter()
+            .map(|f| {
+                json!({
+                    "type": "object",
+                    "properties": {"name": {"const": f.name}, "arguments": f.parameters},
+                    "required": ["name", "arguments"],
+                    "additionalProperties": false
+                })
+            })
+            .collect();
+        let mut schema = if calls.len() == 1 {
+            calls[0].clone()
+        } else {
+            json!({"anyOf": calls})
+        };
+        if let (Some(o), Ok(layout)) = (schema.as_object_mut(), json_layout()) {
+            o.insert("x-guidance".into(), layout);
+        }
+        // A tag that is a control token of the vocabulary is named as one (`<tool_call>`);
+        // otherwise it is text.
+        let tag = |t: &str| match tok.token_id(t) {
+            Some(id) if tok.is_control(id) => t.to_string(),
+            _ => format!("{t:?}"),
+        };
+        let many = self.parallel && self.choice == Choice::Required;
+        let call = format!("{} \"\\n\" json_call \"\\n\" {}", tag(OPEN), tag(CLOSE));
+        let start = if many {
+            "start: call (\"\\n\" call)*"
+        } else {
+            "start: call"
+        };
+        Some(Constraint::Lark(format!(
+            "{start}\ncall: {call}\njson_call: %json {schema}\n"
+        )))
+    }
+}
+
+impl Tools {
+    /// For a chat template without tool syntax: a system text that shows the functions and the
+    /// call format (the one [`Parser`] reads).
+    pub fn system_prompt(&self) -> String {
+        let mut s = String::from("You may call functions to answer. Their signatures, as JSON:\n");
+        for f in &self.functions {
+            s.push_str(&f.entry.to_string());
+            s.push('\n');
+        }
+        s.push_str(
+            "To call one, write <tool_call>\n{\"name\": <function-name>, \"arguments\": \
+             <args-json-object>}\n</tool_call>",
+        );
+        s
+    }
+}
+
+/// A whole answer split into its content (`None` when only calls) and its calls.
+pub fn split(text: &str, names: Vec<String>) -> (Option<String>, Vec<Call>) {
+    let mut p = Parser::new(names);
+    let mut pieces = p.feed(text);
+    pieces.extend(p.finish());
+    let mut content = String::new();
+    let mut calls = Vec::new();
+    for piece in pieces {
+        match piece {
+            Piece::Content(c) => content.push_str(&c),
+            Piece::Call(c) => calls.push(c),
+        }
+    }
+    let content = if calls.is_empty() {
+        Some(content)
+    } else {
+        Some(content.trim().to_string()).filter(|c| !c.is_empty())
+    };
+    (content, calls)
+}
+
+/// A parsed call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// the function
+    pub name: String,
+    /// its arguments as a JSON string (OpenAI's `function.arguments`)
+    pub arguments: String,
+}
+
+/// What the parser took from the text so far.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Piece {
+    /// plain text (the answer's `content`)
+    Content(String),
+    /// a complete call
+    Call(Call),
+}
+
+/// Splits streamed text into content and calls. Text that may be the start of `<tool_call>` is
+/// held back until it is known; a block that does not parse as a call stays content. An answer
+/// that is nothing but one call object (`{"name": …, "arguments": …}`, bare or in a ```json
+/// fence, as small models write them instead of the tags) is a call when it names one of
+/// `names`: such an answer is held back whole until the end.
+#[derive(Debug, Default)]
+pub struct Parser {
+    buf: String,
+    /// the functions a bare call object may name
+    names: Vec<String>,
+    /// nothing but whitespace has been emitted as content yet
+    sent: bool,
+}
+
+fn call_of(body: &str) -> Option<Call> {
+    let v: Value = serde_json::from_str(body.trim()).ok()?;
+    let name = v.get("name")?.as_str()?.to_string();
+    let args = match v.get("arguments") {
+        Some(Value::String(s)) => s.clone(),
+        Some(a @ Value::Object(_)) => a.to_string(),
+        None | Some(Value::Null) => "{}".into(),
+        Some(_) => return None,
+    };
+    Some(Call {
+        name,
+        arguments: args,
+    })
+}
+
+/// The call in `text` when all of it is one call object naming one of `names`.
+fn bare_call(text: &str, names: &[String]) -> Option<Call> {
+    let t = text.trim();
+    let t = t
+        .strip_prefix("```json")
+        .or_else(|| t.strip_prefix("```"))
+        .and_then(|r| r.strip_suffix("```"))
+        .unwrap_or(t);
+    let c = call_of(t)?;
+    names.contains(&c.name).then_some(c)
+}
+
+impl Parser {
+    /// A parser that also takes a bare call object naming one of `names`.
+    pub fn new(names: Vec<String>) -> Self {
+        Self {
+            names,
+            ..Self::default()
+        }
+    }
+
+    /// Adds `text`; returns what is now certain.
+    pub fn feed(&mut self, text: &str) -> Vec<Piece> {
+        self.buf.push_str(text);
+        if !self.sent && !self.names.is_empty() {
+            // An answer that opens like a call object waits for the end.
+            let t = self.buf.trim_start();
+            if t.is_empty() || t.starts_with('{') || "```".starts_with(t) || t.starts_with("```") {
+                return Vec::new();
+            }
+        }
+        let out = self.scan();
+        self.sent |= out
+            .iter()
+            .any(|p| !matches!(p, Piece::Content(c) if c.trim().is_empty()));
+        out
+    }
+
+    fn scan(&mut self) -> Vec<Piece> {
+        let mut out = Vec::new();
+        loop {
+            match self.buf.find(OPEN) {
+                Some(i) => {
+                    let Some(j) = self.buf[i..].find(CLOSE) else {
+                        if i > 0 {
+                            out.push(Piece::Content(self.buf[..i].to_string()));
+                            self.buf.drain(..i);
+                        }
+                        return out;
+                    };
+                    let body = &self.buf[i + OPEN.len()..i + j];
+                    let piece = match call_of(body) {
+                        Some(c) => Piece::Call(c),
+                        None => Piece::Content(self.buf[i..i + j + CLOSE.len()].to_string()),
+                    };
+                    if i > 0 {
+                        out.push(Piece::Content(self.buf[..i].to_string()));
+                    }
+                    out.push(piece);
+                    self.buf.drain(..i + j + CLOSE.len());
+                }
+                None => {
+                    // Keep a tail that could still become `<tool_call>`.
+                    let keep = (1..OPEN.len())
+                        .rev()
+                        .find(|&n| self.buf.ends_with(&OPEN[..n]))
+                        .unwrap_or(0);
+                    let cut = self.buf.len() - keep;
+                    if cut > 0 {
+                        out.push(Piece::Content(self.buf[..cut].to_string()));
+                        self.buf.drain(..cut);
+                    }
+                    return out;
+                }
+            }
+        }
+    }
+
+    /// The end of the text: a held-back bare call object, then whatever else is held back as
+    /// content (tagged calls in it parsed).
+    pub fn finish(&mut self) -> Vec<Piece> {
+        if !self.sent
+            && let Some(c) = bare_call(&self.buf, &self.names)
+        {
+            self.buf.clear();
+            return vec![Piece::Call(c)];
+        }
+        let mut out = self.scan();
+        let rest = std::mem::take(&mut self.buf);
+        if !rest.is_empty() {
+            out.push(Piece::Content(rest));
+        }
+        out
+    }
+}
+
+/// A fresh call id (`call_` and 24 hex digits).
+pub fn call_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("call_{:016x}{:08x}", t, n as u32)
+}
+
+/// OpenAI's `tool_calls` entry for `c`.
+pub fn call_json(c: &Call, id: &str) -> Value {
+    json!({"id": id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed_all(parts: &[&str]) -> Vec<Piece> {
+        let mut p = Parser::default();
+        let mut out: Vec<Piece> = parts.iter().flat_map(|t| p.feed(t)).collect();
+        out.extend(p.finish());
+        out
+    }
+
+    #[test]
+    fn a_bare_call_object_naming_a_tool_is_a_call() {
+        let names = vec!["get_weather".to_string()];
+        let text =
+            "```json\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n```";
+        let (content, calls) = split(text, names.clone());
+        assert_eq!(content, None);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].arguments, "{\"city\":\"Paris\"}");
+        let (content, calls) = split("{\"name\": \"other\", \"arguments\": {}}", names.clone());
+        assert!(calls.is_empty());
+        assert_eq!(
+            content.as_deref(),
+            Some("{\"name\": \"other\", \"arguments\": {}}")
+        );
+        let mut p = Parser::new(names);
+        assert_eq!(p.feed("Sure"), vec![Piece::Content("Sure".into())]);
+        assert_eq!(p.feed(" {"), vec![Piece::Content(" {".into())]);
+    }
+
+    #[test]
+    fn calls_are_parsed_across_pieces_and_text_stays_text() {
+        let text = "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+        // Every split point gives the same pieces, once merged.
+        for cut in 0..text.len() {
+            if !text.is_char_boundary(cut) {
+                continue;
+            }
+            let out = feed_all(&[&text[..cut], &text[cut..]]);
+            let content: String = out
+                .iter()
+                .filter_map(|p| match p {
+                    Piece::Content(c) => Some(c.as_str()),
+                    _ => None,
+                })
+                .collect();
+            let calls: Vec<&Call> = out
+                .iter()
+                .filter_map(|p| match p {
+                    Piece::Call(c) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(content, "Let me look.\n", "cut {cut}");
+            assert_eq!(calls.len(), 1);
+            assert_eq!(calls[0].name, "get_weather");
+            assert_eq!(calls[0].arguments, "{\"city\":\"Paris\"}");
+        }
+        let out = feed_all(&["a <tool_call> not json </tool_call> b <tool"]);
+        assert_eq!(
+            out,
+            vec![
+                Piece::Content("a ".into()),
+                Piece::Content("<tool_call> not json </tool_call>".into()),
+                Piece::Content(" b ".into()),
+                Piece::Content("<tool".into()),
+            ]
+        );
+    }
+}
