@@ -1,4 +1,6 @@
-//! Perplexity on the Lee corpus (first 40 chunks of 512 tokens) within 1% of llama-perplexity.
+//! Perplexity on the Lee corpus (first 40 chunks of 512 tokens) within 0.3% of llama-perplexity: the
+//! gaps measured are 0.06% (SmolLM2) and 0.14% (Gemma-3), so a change that moves the model's
+//! numerics by more than twice that fails here.
 
 mod common;
 
@@ -44,18 +46,18 @@ fn check(model: &'static str, file_prefix: &str) {
         rel * 100.0
     );
     assert!(
-        rel < 0.01,
+        rel < 0.003,
         "{model}: PPL {got} is {:.2}% from llama.cpp's {want}",
         rel * 100.0
     );
 }
 
 #[test]
-fn smollm2_perplexity_within_1_percent() {
+fn smollm2_perplexity_within_0_3_percent() {
     check("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
 #[test]
-fn gemma3_perplexity_within_1_percent() {
+fn gemma3_perplexity_within_0_3_percent() {
     check("gemma3-270m", "gemma-3-270m-q4_k_m.gguf");
 }

@@ -386,6 +386,11 @@ impl Drop for Inner {
 /// A language model, ready to generate: `Clone` (cheap: one engine behind every clone), `Send`
 /// and `Sync`, with no backend type parameter.
 ///
+/// The plain calls (`generate`, `chat`, `stream`, …) block the calling thread until their text is
+/// ready; inside async code use `generate_async`, `chat_async` and `stream_async`, which wait
+/// without holding a runtime thread (a blocking call made on a tokio worker panics, as tokio's
+/// blocking receivers do). The engine thread stops when the last clone is dropped.
+///
 /// # Examples
 ///
 /// ```no_run

@@ -64,16 +64,27 @@ pub fn model_file(name: &str) -> PathBuf {
     }
 }
 
-/// Backends the tests run on: `CINDER_TEST_BACKENDS=flex,ndarray` or every compiled one.
+/// Backends the tests run on: `CINDER_TEST_BACKENDS=flex,ndarray` or every compiled one. A named
+/// backend that is not compiled in fails the test (a pass that silently ran on fewer backends
+/// would claim what it did not check).
 pub fn test_backends() -> Vec<BackendKind> {
-    match std::env::var("CINDER_TEST_BACKENDS") {
+    let kinds = match std::env::var("CINDER_TEST_BACKENDS") {
         Ok(s) if !s.trim().is_empty() => s
             .split(',')
-            .map(|n| n.trim().parse().expect("bad CINDER_TEST_BACKENDS entry"))
-            .filter(|k: &BackendKind| k.is_compiled())
+            .map(|n| {
+                let k: BackendKind = n.trim().parse().expect("bad CINDER_TEST_BACKENDS entry");
+                assert!(
+                    k.is_compiled(),
+                    "CINDER_TEST_BACKENDS names {k}, which this test binary was built without \
+                     (add `--features {k}`)"
+                );
+                k
+            })
             .collect(),
         _ => backends::compiled(),
-    }
+    };
+    assert!(!kinds.is_empty(), "no backend to test on");
+    kinds
 }
 
 /// One line of a `*.greedy.jsonl` reference file.
