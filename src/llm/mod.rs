@@ -669,14 +669,7 @@ impl Llm {
     /// ```
     pub async fn generate_async(&self, prompt: &str, opts: &GenerateOptions) -> Result<Output> {
         let r = opts.request(self.encode(prompt)?);
-        let mut s = self.submit(r)?;
-        let mut acc = Collector::default();
-        while let Some(ev) = s.next().await {
-            if let Some(out) = acc.push(ev)? {
-                return Ok(out);
-            }
-        }
-        Err(cinder_runtime::RuntimeError::EngineStopped.into())
+        collect_async(self.submit(r)?).await
     }
 
     /// [`Llm::chat`] for async code.
@@ -691,14 +684,7 @@ impl Llm {
     /// ```
     pub async fn chat_async(&self, messages: &[Message], opts: &GenerateOptions) -> Result<Output> {
         let r = opts.request(self.chat_ids(messages)?);
-        let mut s = self.submit(r)?;
-        let mut acc = Collector::default();
-        while let Some(ev) = s.next().await {
-            if let Some(out) = acc.push(ev)? {
-                return Ok(out);
-            }
-        }
-        Err(cinder_runtime::RuntimeError::EngineStopped.into())
+        collect_async(self.submit(r)?).await
     }
 
     /// A [`futures_core::Stream`] of text pieces; dropping it cancels the request.
@@ -817,6 +803,17 @@ impl Collector {
             }
         }
     }
+}
+
+/// Waits for a request without blocking a thread.
+async fn collect_async(mut s: EventStream) -> Result<Output> {
+    let mut acc = Collector::default();
+    while let Some(ev) = s.next().await {
+        if let Some(out) = acc.push(ev)? {
+            return Ok(out);
+        }
+    }
+    Err(cinder_runtime::RuntimeError::EngineStopped.into())
 }
 
 /// Waits for a request on this thread.

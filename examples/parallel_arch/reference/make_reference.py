@@ -31,30 +31,11 @@ from gguf import GGMLQuantizationType as T
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
+sys.path.insert(0, str(ROOT / "benches/reference"))
+from tiny_models import copy_tokenizer  # noqa: E402  (the tiny architecture files' tokenizer copy)
 D, HEADS, ROT, FF, LAYERS, EPS, THETA = 32, 2, 8, 128, 2, 1e-5, 10000.0
 HD = D // HEADS
 STEPS = 8
-
-
-def copy_tokenizer(src, w):
-    """The SmolLM2 GGUF's tokenizer.* keys, copied with their types; returns the vocabulary size."""
-    r = gguf.GGUFReader(src)
-    for name, field in r.fields.items():
-        if not name.startswith("tokenizer."):
-            continue
-        vtype = field.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            sub = field.types[-1]
-            if sub == gguf.GGUFValueType.STRING:
-                vals = [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-            else:
-                vals = [field.parts[i].tolist()[0] for i in field.data]
-            w.add_key_value(name, vals, vtype, sub_type=sub)
-        elif vtype == gguf.GGUFValueType.STRING:
-            w.add_key_value(name, bytes(field.parts[field.data[0]]).decode("utf-8"), vtype)
-        else:
-            w.add_key_value(name, field.parts[field.data[0]].tolist()[0], vtype)
-    return len(r.fields["tokenizer.ggml.tokens"].data)
 
 
 def write(path, smollm):
