@@ -49,6 +49,17 @@ fn sampling_is_reproducible_with_a_seed() {
     let (b, _) = run_ok(&args);
     assert_eq!(a, b);
     assert!(!a.trim().is_empty());
+    // The flags are read: another seed, or temperature 0, gives another text.
+    let other_seed: Vec<&str> = args
+        .iter()
+        .map(|&x| if x == "42" { "7" } else { x })
+        .collect();
+    assert_ne!(run_ok(&other_seed).0, a, "--seed changed nothing");
+    let greedy: Vec<&str> = args
+        .iter()
+        .map(|&x| if x == "1.0" { "0" } else { x })
+        .collect();
+    assert_ne!(run_ok(&greedy).0, a, "--temperature changed nothing");
 }
 
 #[test]
@@ -130,9 +141,41 @@ fn perplexity_prints_llama_cpp_format_and_json() {
     ]);
     let v: serde_json::Value = serde_json::from_str(json.trim()).expect("JSON");
     let ppl = v["ppl"].as_f64().expect("ppl");
-    assert!(ppl > 1.0 && ppl < 1000.0, "ppl {ppl}");
+    // The library's figure for the same text, chunks and model (tests/perplexity.rs holds the
+    // library to llama.cpp's): the command reports it, not some other number.
+    let lib = cinder::backends::dispatch(
+        cinder::backends::default_kind().expect("a CPU backend"),
+        LibraryPpl,
+    )
+    .expect("backend");
+    assert!(
+        (ppl - lib).abs() <= 1e-6 * lib,
+        "cinder perplexity {ppl} vs the library's {lib}"
+    );
     // 2 chunks × (128 - 1 - 64) scored tokens
     assert_eq!(v["tokens"], 126);
+}
+
+/// The library's perplexity of SmolLM2 on the Lee corpus, 2 chunks of 128.
+struct LibraryPpl;
+
+impl cinder::prelude::BackendTask for LibraryPpl {
+    type Output = f64;
+    fn run<B: cinder::prelude::InferenceBackend>(self, device: B::Device) -> f64 {
+        let path = |n: &str| cinder::catalog::resolve(n).expect("catalog").path;
+        let m = cinder::importer::load_model::<B>(&path("smollm2-135m"), &device).expect("model");
+        let text = std::fs::read_to_string(path("lee-corpus")).expect("corpus");
+        let tokens = m.tokenizer.encode(&text, true).expect("encode");
+        let opts = cinder::runtime::eval::PerplexityOptions {
+            ctx: 128,
+            max_chunks: Some(2),
+            bos: m.tokenizer.bos_id.filter(|_| m.tokenizer.add_bos),
+            paged: false,
+        };
+        cinder::runtime::eval::perplexity(&m.model, &tokens, opts, &mut |_, _, _| {})
+            .expect("perplexity")
+            .ppl
+    }
 }
 
 #[test]
