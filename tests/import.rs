@@ -429,24 +429,20 @@ fn bad_safetensors_headers_give_errors_not_panics() {
         b[i] = b[i].wrapping_add(0x35);
         corpus.push((format!("header byte {i}"), b));
     }
-    let mut failures = 0;
     for (what, bytes) in &corpus {
         std::fs::write(&st, bytes).expect("write");
         let r = std::panic::catch_unwind(|| cinder::importer::hf_llama::read(&dir, None));
         match r {
             Err(_) => panic!("{what}: panicked"),
-            Ok(Err(e)) => {
-                failures += 1;
-                assert!(!e.to_string().is_empty());
-            }
-            Ok(Ok(_)) => {} // a byte flip inside a name or a float can leave a valid file
+            Ok(Err(e)) => assert!(!e.to_string().is_empty(), "{what}: an empty error"),
+            // A changed byte inside a name or a number can leave a well-formed file; every
+            // truncation, bad length and bad header edit above must be refused.
+            Ok(Ok(_)) => assert!(
+                what.starts_with("header byte"),
+                "{what}: a corrupt file was read"
+            ),
         }
     }
-    assert!(
-        failures >= corpus.len() / 2,
-        "{failures} of {}",
-        corpus.len()
-    );
 }
 
 /// The tiny checkpoint in F32, F16 and BF16: each dtype is kept as stored and the model runs.
