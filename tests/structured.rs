@@ -123,7 +123,12 @@ impl BackendTask for Constrained {
         let h = engine.handle();
         let jobs = [
             (
-                chat("Describe a person as JSON."),
+                // An example to copy from: prompt lookup drafts from it, so the grammar meets
+                // speculation (asserted below).
+                chat(
+                    "Describe a person as JSON, like {\"name\": \"Ada Lovelace\", \"age\": 36, \
+                     \"city\": \"London\"}.",
+                ),
                 Constraint::JsonSchema(person_schema()),
                 0.0,
             ),
@@ -167,6 +172,9 @@ impl BackendTask for Constrained {
         check_person(&outs[1].0);
         assert!(is_date(&outs[2].0), "{:?}", outs[2].0);
         check_answer(&outs[3].0);
+        // The constraints met speculation: drafts were proposed and checked against them.
+        let st = h.stats();
+        assert!(st.spec_draft_tokens > 0, "nothing was drafted: {st:?}");
     }
 }
 

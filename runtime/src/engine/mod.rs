@@ -435,12 +435,13 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
             }
         }
         for (id, toks) in sampled {
-            for tok in toks {
+            let n = toks.len();
+            for (i, tok) in toks.into_iter().enumerate() {
                 // A token may end the request (EOS, stop string, length): drop the rest.
                 if !self.live.contains_key(&id) {
                     break;
                 }
-                self.emit(id, tok);
+                self.emit(id, tok, i + 1 == n);
             }
         }
         self.stats.steps += 1;
@@ -587,8 +588,10 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         Ok(out)
     }
 
-    /// Streams a sampled token; finishes the request on EOS, a stop string or the length limit.
-    fn emit(&mut self, id: SeqId, tok: u32) {
+    /// Streams a sampled token; finishes the request on EOS, a stop string or the length limit,
+    /// and, at the `last` token of the step, when its grammar is complete (the matcher has taken
+    /// every token of the step already: accepted drafts advance it before they are emitted).
+    fn emit(&mut self, id: SeqId, tok: u32, last: bool) {
         let Some(l) = self.live.get_mut(&id) else {
             return;
         };
@@ -609,7 +612,7 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
             }
         };
         let (text, hit) = l.stops.feed(&piece);
-        let done = l.matcher.as_ref().is_some_and(TokenMatcher::is_done);
+        let done = last && l.matcher.as_ref().is_some_and(TokenMatcher::is_done);
         let event = Event::Token {
             id: tok,
             text,
