@@ -11,16 +11,12 @@ use crate::error::Result;
 
 /// The backend-erased model: one forward at a time (the lock), whatever the backend's tensors.
 trait DynEmbed: Send + Sync {
-    fn dim(&self) -> usize;
     fn embed(&self, texts: &[&str], normalize: bool) -> Result<Vec<Vec<f32>>>;
 }
 
 struct OnBackend<B: InferenceBackend>(Mutex<cinder_models::decoder_embed::Embedder<B>>);
 
 impl<B: InferenceBackend> DynEmbed for OnBackend<B> {
-    fn dim(&self) -> usize {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).dim()
-    }
     fn embed(&self, texts: &[&str], normalize: bool) -> Result<Vec<Vec<f32>>> {
         // A poisoned lock only means an earlier call panicked; the weights are unchanged.
         let m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -34,10 +30,12 @@ struct Load {
 }
 
 impl BackendTask for Load {
-    type Output = Result<Box<dyn DynEmbed>>;
+    /// the model and its vectors' length (read once: asking the model takes its lock)
+    type Output = Result<(Box<dyn DynEmbed>, usize)>;
     fn run<B: InferenceBackend>(self, device: B::Device) -> Self::Output {
         let e = cinder_importer::load_text_embedder::<B>(&self.name, &self.path, &device)?;
-        Ok(Box::new(OnBackend(Mutex::new(e))))
+        let dim = e.dim();
+        Ok((Box::new(OnBackend(Mutex::new(e))), dim))
     }
 }
 
@@ -56,6 +54,7 @@ impl BackendTask for Load {
 #[derive(Clone)]
 pub struct Embedder {
     model: Arc<dyn DynEmbed>,
+    dim: usize,
     name: String,
     backend: BackendKind,
 }
@@ -98,9 +97,10 @@ impl Embedder {
             name: name.clone(),
             path,
         };
-        let model = cinder_backends::dispatch(backend, task)??;
+        let (model, dim) = cinder_backends::dispatch(backend, task)??;
         Ok(Self {
             model: Arc::from(model),
+            dim,
             name,
             backend,
         })
@@ -115,7 +115,7 @@ impl Embedder {
     /// # Ok::<(), cinder::Error>(())
     /// ```
     pub fn dim(&self) -> usize {
-        self.model.dim()
+        self.dim
     }
 
     /// The backend the model runs on.

@@ -26,15 +26,8 @@ pub fn hardware_device(kind: BackendKind) -> Result<bool, BackendError> {
 
 #[cfg(feature = "wgpu")]
 fn wgpu_hardware() -> bool {
-    #[cfg(target_os = "macos")]
-    let backends = wgpu_api::Backends::METAL;
-    #[cfg(not(target_os = "macos"))]
-    let backends = wgpu_api::Backends::VULKAN;
-    let instance = wgpu_api::Instance::new(wgpu_api::InstanceDescriptor {
-        backends,
-        ..wgpu_api::InstanceDescriptor::new_without_display_handle()
-    });
-    cubecl::future::block_on(instance.enumerate_adapters(backends))
+    wgpu_adapters()
+        .0
         .iter()
         .any(|a| a.get_info().device_type != wgpu_api::DeviceType::Cpu)
 }
@@ -52,9 +45,10 @@ fn no_device(backend: &str, looked_for: impl Into<String>) -> BackendError {
     }
 }
 
+/// The adapters of the graphics API CubeCL's wgpu runtime uses on this platform, and what to
+/// name when there are none.
 #[cfg(feature = "wgpu")]
-fn wgpu_device() -> Result<(), BackendError> {
-    // The graphics API CubeCL's wgpu runtime uses on this platform.
+fn wgpu_adapters() -> (Vec<wgpu_api::Adapter>, &'static str) {
     #[cfg(target_os = "macos")]
     let (backends, what) = (wgpu_api::Backends::METAL, "a Metal adapter");
     #[cfg(not(target_os = "macos"))]
@@ -67,7 +61,15 @@ fn wgpu_device() -> Result<(), BackendError> {
         backends,
         ..wgpu_api::InstanceDescriptor::new_without_display_handle()
     });
-    let adapters = cubecl::future::block_on(instance.enumerate_adapters(backends));
+    (
+        cubecl::future::block_on(instance.enumerate_adapters(backends)),
+        what,
+    )
+}
+
+#[cfg(feature = "wgpu")]
+fn wgpu_device() -> Result<(), BackendError> {
+    let (adapters, what) = wgpu_adapters();
     if adapters.is_empty() {
         return Err(no_device("wgpu", what));
     }

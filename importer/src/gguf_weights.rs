@@ -53,6 +53,14 @@ pub struct TableWeights<'a, B: InferenceBackend, S: TensorStore + ?Sized> {
 pub type GgufWeights<'a, B> = TableWeights<'a, B, GgufFile>;
 
 impl<'a, B: InferenceBackend, S: TensorStore + ?Sized> TableWeights<'a, B, S> {
+    /// The `len` f32 values of `path`'s `part` (`weight` or `bias`) on the device.
+    fn values(&self, path: &str, part: &str, len: usize) -> Result<Tensor<B, 1>, ModelError> {
+        let (name, t) = self.get(path, part)?;
+        check_dims(path, &name, &t, &[len as u64])?;
+        let v = f32_values(path, &t)?;
+        Ok(Tensor::from_data(TensorData::new(v, [len]), &self.device))
+    }
+
     /// A source over `store` using `tables` (see [`crate::arch`]).
     pub fn new(store: &'a S, tables: &'static [NameTable], device: B::Device) -> Self {
         Self {
@@ -132,17 +140,11 @@ impl<B: InferenceBackend, S: TensorStore + ?Sized> WeightSource<B> for TableWeig
     }
 
     fn vector(&mut self, path: &str, len: usize) -> Result<Tensor<B, 1>, ModelError> {
-        let (name, t) = self.get(path, "weight")?;
-        check_dims(path, &name, &t, &[len as u64])?;
-        let v = f32_values(path, &t)?;
-        Ok(Tensor::from_data(TensorData::new(v, [len]), &self.device))
+        self.values(path, "weight", len)
     }
 
     fn bias_vector(&mut self, path: &str, len: usize) -> Result<Tensor<B, 1>, ModelError> {
-        let (name, t) = self.get(path, "bias")?;
-        check_dims(path, &name, &t, &[len as u64])?;
-        let v = f32_values(path, &t)?;
-        Ok(Tensor::from_data(TensorData::new(v, [len]), &self.device))
+        self.values(path, "bias", len)
     }
 
     fn device(&self) -> B::Device {

@@ -141,17 +141,17 @@ fn pick_offload(
         Some(b) => b.parse::<BackendKind>()?,
         None => BackendKind::Auto,
     };
-    let (cpu, offload) = cinder::llm::offload_plan(named, n).map_err(|e| {
-        anyhow::anyhow!(
-            "{}",
-            e.to_string()
-                .trim_start_matches("invalid option: ")
-                .replace("gpu_layers", "--gpu-layers")
-        )
+    // The library names its builder setter; the command line, its flag.
+    let (cpu, offload) = cinder::llm::offload_plan(named, n).map_err(|e| match e {
+        cinder::Error::InvalidOption(m) => anyhow::anyhow!(m.replace("gpu_layers", "--gpu-layers")),
+        e => e.into(),
     })?;
     Ok((Some(cpu.name().to_string()), offload))
 }
 
+/// Logs to stderr at `verbose`'s level (`RUST_LOG` overrides); with `count_launches`, also counts
+/// CubeCL kernel launches (`cinder bench`: each layer keeps its own filter, so the counter sees
+/// the launch spans whatever the log level).
 fn init_logging(verbose: u8, count_launches: bool) {
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
