@@ -329,7 +329,7 @@ impl ArchConfig {
     fn from_parts(arch: Registered, config: Box<dyn Any + Send + Sync>) -> Result<Self> {
         let (vocab_size, n_layers, json) = arch.entry.facts(config.as_ref()).ok_or_else(|| {
             ImportError::Config(format!(
-                "{}: the config does not serialize",
+                "{}: the config is not of this architecture's type, or does not serialize",
                 arch.entry.name()
             ))
         })?;
@@ -353,7 +353,7 @@ impl ArchConfig {
     /// # Ok(()) }
     /// ```
     pub fn new<C: ArchitectureConfig>(name: &str, config: C) -> Result<Self> {
-        let arch = find(|e| e.name() == name).ok_or_else(|| unknown(name, "architecture"))?;
+        let arch = find(|e| e.name() == name).ok_or_else(|| unknown(name))?;
         Self::from_parts(arch, Box::new(config))
     }
 
@@ -361,8 +361,7 @@ impl ArchConfig {
     /// `general.architecture`.
     pub fn from_gguf(file: &GgufFile) -> Result<Self> {
         let name = file.architecture()?;
-        let arch = find(|e| e.gguf_architectures().contains(&name))
-            .ok_or_else(|| unknown(name, "GGUF architecture"))?;
+        let arch = find(|e| e.gguf_architectures().contains(&name)).ok_or_else(|| unknown(name))?;
         let c = arch.entry.parse_gguf(file)?;
         Self::from_parts(arch, c)
     }
@@ -444,15 +443,14 @@ impl ArchConfig {
     }
 }
 
-fn unknown(name: &str, what: &str) -> ImportError {
-    let known: Vec<&str> = architectures()
+/// `name` is not registered: the error lists every name that is (record and GGUF names).
+fn unknown(name: &str) -> ImportError {
+    let mut known: Vec<&str> = architectures()
         .into_iter()
         .flat_map(|(n, gguf)| std::iter::once(n).chain(gguf.iter().copied()))
         .collect();
-    let mut known = known;
     known.sort_unstable();
     known.dedup();
-    tracing::debug!(what, name, "not registered");
     ImportError::UnsupportedArch(name.to_string(), known.join(", "))
 }
 
@@ -472,7 +470,7 @@ impl<'de> serde::Deserialize<'de> for ArchConfig {
         }
         let t = Tagged::deserialize(d)?;
         let arch = find(|e| e.name() == t.architecture)
-            .ok_or_else(|| D::Error::custom(unknown(&t.architecture, "architecture")))?;
+            .ok_or_else(|| D::Error::custom(unknown(&t.architecture)))?;
         let c = arch.entry.parse_json(t.config).map_err(D::Error::custom)?;
         ArchConfig::from_parts(arch, c).map_err(D::Error::custom)
     }

@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 use crate::constraint::{Constraint, json_layout};
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{ChatMessage, Tokenizer, template_has_tool_calls};
 
 /// The tag that opens a call in the Hermes format.
 pub const OPEN: &str = "<tool_call>";
@@ -121,6 +121,35 @@ impl Tools {
              <args-json-object>}\n</tool_call>",
         );
         s
+    }
+
+    /// Readies `messages` for `tok`'s chat template and returns the tool entries to render with
+    /// them: the template's own tool syntax when it has one; otherwise, when a grammar forces the
+    /// call, [`Tools::system_prompt`] joined to (or put before) the system message. `Err` names why
+    /// the model cannot choose a call itself (`auto` without a tool syntax in its template).
+    pub fn prepare(
+        &self,
+        tok: &Tokenizer,
+        messages: &mut Vec<ChatMessage>,
+    ) -> Result<Option<Vec<Value>>, String> {
+        let native = template_has_tool_calls(tok);
+        if self.choice == Choice::Auto && !native {
+            return Err(
+                "this model's chat template has no tool-call syntax, so it cannot choose \
+                        to call a function; require a call or name the function (a grammar then \
+                        forces the call)"
+                    .into(),
+            );
+        }
+        let rendered = self.rendered();
+        if rendered.is_some() && !native {
+            match messages.first_mut().filter(|m| m.role == "system") {
+                Some(sys) => sys.content = format!("{}\n\n{}", sys.content, self.system_prompt()),
+                None => messages.insert(0, ChatMessage::new("system", self.system_prompt())),
+            }
+            return Ok(None);
+        }
+        Ok(rendered)
     }
 }
 

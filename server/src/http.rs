@@ -15,9 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use cinder_runtime::engine::{EventStream, Request};
 use cinder_runtime::sampler::SamplingParams;
-use cinder_runtime::tokenizer::{
-    ChatMessage, apply_chat_template_with_tools, template_has_tool_calls,
-};
+use cinder_runtime::tokenizer::apply_chat_template_with_tools;
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -25,7 +23,7 @@ use crate::error::ApiError;
 use crate::openai::{ChatRequest, Common, CompletionRequest, Prompt};
 use crate::respond::{Kind, respond};
 use crate::structured;
-use crate::tools::{self, Choice, Tools};
+use crate::tools;
 
 /// The most choices one request may ask for (`n`).
 pub const MAX_CHOICES: usize = 8;
@@ -339,16 +337,6 @@ async fn chat(
         req.tool_choice.as_ref(),
         req.parallel_tool_calls,
     )?;
-    // The template's own tool syntax, or Cinder's instructions in a system message where a
-    // grammar forces the call anyway.
-    let native = template_has_tool_calls(&s.tok);
-    if tools.as_ref().is_some_and(|t| t.choice == Choice::Auto) && !native {
-        return Err(ApiError::bad_request(
-            "this model's chat template has no tool-call syntax, so it cannot choose to call a \
-             function; use tool_choice \"required\" or name a function (a grammar then forces the call)",
-            "tool_choice",
-        ));
-    }
     let mut msgs = Vec::with_capacity(req.messages.len() + 1);
     for (i, m) in req.messages.iter().enumerate() {
         msgs.push(
@@ -356,15 +344,15 @@ async fn chat(
                 .map_err(|e| ApiError::bad_request(format!("messages[{i}]: {e}"), "messages"))?,
         );
     }
-    let rendered = tools.as_ref().and_then(Tools::rendered);
-    if let (Some(t), false, true) = (&tools, native, rendered.is_some()) {
-        match msgs.first_mut().filter(|m| m.role == "system") {
-            Some(sys) => sys.content = format!("{}\n\n{}", sys.content, t.system_prompt()),
-            None => msgs.insert(0, ChatMessage::new("system", t.system_prompt())),
-        }
-    }
-    let shown = rendered.as_deref().filter(|_| native);
-    let text = apply_chat_template_with_tools(&s.tok, &msgs, shown, true)
+    // The template's own tool syntax, or Cinder's instructions in a system message where a
+    // grammar forces the call anyway.
+    let shown = match &tools {
+        Some(t) => t
+            .prepare(&s.tok, &mut msgs)
+            .map_err(|m| ApiError::bad_request(m, "tool_choice"))?,
+        None => None,
+    };
+    let text = apply_chat_template_with_tools(&s.tok, &msgs, shown.as_deref(), true)
         .map_err(|e| ApiError::bad_request(e.to_string(), "messages"))?;
     let ids = s
         .tok

@@ -15,7 +15,7 @@ use cinder_runtime::constraint::{Constraint, Grammars};
 use cinder_runtime::engine::{
     Engine, EngineConfig, EngineHandle, EngineStats, Event, EventStream, FinishReason, Request,
 };
-use cinder_runtime::tokenizer::{Tokenizer, apply_chat_template};
+use cinder_runtime::tokenizer::{ChatMessage, Tokenizer, apply_chat_template_with_tools};
 
 use crate::error::{Error, Result};
 
@@ -383,25 +383,19 @@ impl Llm {
 
     /// Prompt ids of a chat rendered through the model's template (special tokens parsed).
     fn chat_ids(&self, messages: &[Message]) -> Result<Vec<u32>> {
-        self.chat_ids_with_tools(messages, None)
+        let msgs: Vec<_> = messages.iter().map(Message::to_chat).collect();
+        self.template_ids(&msgs, None)
     }
 
-    fn chat_ids_with_tools(
+    /// Prompt ids of chat messages rendered through the model's template, with `tools` shown to
+    /// it, special tokens parsed.
+    fn template_ids(
         &self,
-        messages: &[Message],
+        msgs: &[ChatMessage],
         tools: Option<&[serde_json::Value]>,
     ) -> Result<Vec<u32>> {
-        let msgs: Vec<_> = messages.iter().map(Message::to_chat).collect();
         let tok = &self.inner.tokenizer;
-        let text = match tools {
-            None => apply_chat_template(tok, &msgs, true)?,
-            Some(t) => cinder_runtime::tokenizer::apply_chat_template_with_tools(
-                tok,
-                &msgs,
-                Some(t),
-                true,
-            )?,
-        };
+        let text = apply_chat_template_with_tools(tok, msgs, tools, true)?;
         Ok(tok.tokenize(&text, false, true)?)
     }
 

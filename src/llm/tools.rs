@@ -3,7 +3,6 @@
 //! arguments returned as that type ([`ToolCall::arguments`]). The same rendering, grammar and
 //! parser as `cinder serve`'s `tools` ([`cinder_runtime::tools`]).
 
-use cinder_runtime::tokenizer::template_has_tool_calls;
 use cinder_runtime::tools::{Choice, Function, Tools, call_id, split};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -235,24 +234,9 @@ impl Llm {
             parallel: true,
         };
         let tok = &self.inner.tokenizer;
-        let native = template_has_tool_calls(tok);
-        if t.choice == Choice::Auto && !native {
-            return Err(Error::Unsupported(
-                "this model's chat template has no tool-call syntax, so it cannot choose to call \
-                 a tool; use ToolChoice::Required or Named (a grammar then forces the call)"
-                    .into(),
-            ));
-        }
-        let mut msgs: Vec<Message> = messages.to_vec();
-        let rendered = t.rendered();
-        if !native && rendered.is_some() {
-            match msgs.first_mut().filter(|m| m.role == Role::System) {
-                Some(sys) => sys.content = format!("{}\n\n{}", sys.content, t.system_prompt()),
-                None => msgs.insert(0, Message::system(t.system_prompt())),
-            }
-        }
-        let shown = rendered.as_deref().filter(|_| native);
-        let ids = self.chat_ids_with_tools(&msgs, shown)?;
+        let mut msgs: Vec<_> = messages.iter().map(Message::to_chat).collect();
+        let shown = t.prepare(tok, &mut msgs).map_err(Error::Unsupported)?;
+        let ids = self.template_ids(&msgs, shown.as_deref())?;
         let mut r = opts.request(ids);
         if let Some(c) = t.forced(tok) {
             r.constraint = Some(self.grammars()?.compile(&c)?);
