@@ -18,6 +18,10 @@
 //! (fused projections, LongRoPE, RoPE on 3/4 of each head) run with the short factors instead of the
 //! long ones moves llama.cpp's top-10 log-probabilities by 5.8–6.6 on average, without its attention
 //! factor by 2.9–3.7.
+//!
+//! Checkpoints saved by `transformers` itself (`tests/data/hf-tiny`) are held to the logits
+//! transformers computes for them, so the SafeTensors reader's names, layouts and config keys meet
+//! another program's, not Cinder's own test writer's.
 
 mod common;
 
@@ -71,8 +75,13 @@ fn tiny_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny")
 }
 
-fn refs(model: &str) -> Vec<LogitsRef> {
-    let path = tiny_dir().join(format!("{model}.logits.jsonl"));
+fn hf_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/hf-tiny")
+}
+
+/// The references beside a model: `<dir>/<model>.logits.jsonl`.
+fn refs_in(dir: &std::path::Path, model: &str) -> Vec<LogitsRef> {
+    let path = dir.join(format!("{model}.logits.jsonl"));
     let text = std::fs::read_to_string(&path).expect("reference file");
     text.lines()
         .filter(|l| !l.trim().is_empty())
@@ -170,9 +179,13 @@ fn teacher_forced<B: InferenceBackend>(
     rows
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Tiny {
     model: &'static str,
+    /// the model file or folder, and the folder of its `<model>.logits.jsonl`
+    path: PathBuf,
+    refs_dir: PathBuf,
+    mean_prob_tol: f32,
     mean_logprob_tol: f32,
     max_logprob_tol: f32,
     allowed_misses: usize,
@@ -181,13 +194,12 @@ struct Tiny {
 impl BackendTask for Tiny {
     type Output = ();
     fn run<B: InferenceBackend>(self, device: B::Device) {
-        let path = tiny_dir().join(format!("{}.gguf", self.model));
-        let m = cinder::importer::load_model::<B>(&path, &device).expect("model loads");
+        let m = cinder::importer::load_model::<B>(&self.path, &device).expect("model loads");
         let (kvh, hd) = m.model.kv_dims();
         // Every prompt on the primary backend; elsewhere the first (lavapipe is slow, and CI's
         // other-backend pass has a time budget).
         let primary = B::KIND == primary_backend();
-        let refs = refs(self.model);
+        let refs = refs_in(&self.refs_dir, self.model);
         let take = if primary { refs.len() } else { 1 };
         for r in refs.into_iter().take(take) {
             let ids = m.tokenizer.encode(&r.prompt, true).expect("encode");
@@ -228,7 +240,7 @@ impl BackendTask for Tiny {
                     a.argmax_misses
                 );
                 assert!(
-                    a.mean_prob_diff <= MEAN_PROB_TOL,
+                    a.mean_prob_diff <= self.mean_prob_tol,
                     "{} ({name}) {:?}: mean top-5 probability difference {}",
                     self.model,
                     r.prompt,
@@ -253,31 +265,38 @@ impl BackendTask for Tiny {
     }
 }
 
-fn check(model: &'static str) {
-    check_with(Tiny {
+/// A tiny GGUF file of `tests/data/tiny` against llama.cpp.
+fn tiny(model: &'static str) -> Tiny {
+    Tiny {
         model,
+        path: tiny_dir().join(format!("{model}.gguf")),
+        refs_dir: tiny_dir(),
+        mean_prob_tol: MEAN_PROB_TOL,
         mean_logprob_tol: MEAN_LOGPROB_TOL,
         max_logprob_tol: MAX_LOGPROB_TOL,
         allowed_misses: 0,
-    })
+    }
+}
+
+fn check(model: &'static str) {
+    check_with(tiny(model))
 }
 
 fn check_moe(model: &'static str) {
     check_with(Tiny {
-        model,
         mean_logprob_tol: MEAN_LOGPROB_TOL_MOE,
         max_logprob_tol: MAX_LOGPROB_TOL_MOE,
         allowed_misses: ARGMAX_MISSES_MOE,
+        ..tiny(model)
     })
 }
 
 fn check_with(t: Tiny) {
     for kind in test_backends() {
         eprintln!("{} on {kind}", t.model);
-        cinder::backends::dispatch(kind, t).expect("backend");
+        cinder::backends::dispatch(kind, t.clone()).expect("backend");
     }
 }
-
 #[test]
 fn llama3_rope_freqs_match_llama_cpp() {
     check("llama3-tiny");
@@ -306,6 +325,66 @@ fn olmoe_matches_llama_cpp() {
 #[test]
 fn mixtral_style_llama_moe_matches_llama_cpp() {
     check_moe("mixtral-tiny");
+}
+
+/// Qwen2 with biases on Q, K and V and an untied head; the same with the head tied to the
+/// embedding (the small Qwen2.5 sizes). Without its biases `qwen2-tiny` is far from llama.cpp.
+#[test]
+fn qwen2_biases_and_tied_head_match_llama_cpp() {
+    check("qwen2-tiny");
+    check("qwen2-tied-tiny");
+}
+
+// ---- checkpoints saved by transformers ---------------------------------------------------------
+
+/// Bars for a checkpoint read from SafeTensors against the transformers forward of the same
+/// weights in float32. Float32 weights: through the contiguous cache the log-probabilities agree to
+/// 4 decimals (measured 0.0000 on flex); the paged cache stores K/V in f16 (measured mean 0.0008–0.0027,
+/// largest 0.023). A checkpoint misread is far off: `qwen2-f32` with its `rope_parameters` ignored
+/// (RoPE base 10,000 instead of 1,000,000) measured mean 1.0, largest 6.9.
+const HF_F32: (f32, f32) = (0.01, 0.05);
+/// Bfloat16 weights multiply activations rounded to bfloat16, as llama.cpp does (transformers'
+/// float32 reference keeps them float32): measured mean 0.011–0.016, largest 0.097 on flex.
+const HF_BF16: (f32, f32) = (0.03, 0.2);
+/// Mean top-5 probability difference for both (measured up to 0.0015).
+const HF_MEAN_PROB_TOL: f32 = 0.005;
+
+/// A folder of `tests/data/hf-tiny` (written by `transformers`' `save_pretrained`, made by
+/// `benches/reference/hf_tiny_checkpoints.py`) against the logits transformers computed.
+fn check_hf(model: &'static str) {
+    let (mean, max) = if model.ends_with("bf16") {
+        HF_BF16
+    } else {
+        HF_F32
+    };
+    check_with(Tiny {
+        model,
+        path: hf_dir().join(model),
+        refs_dir: hf_dir(),
+        mean_prob_tol: HF_MEAN_PROB_TOL,
+        mean_logprob_tol: mean,
+        max_logprob_tol: max,
+        allowed_misses: 0,
+    })
+}
+
+/// Llama, Qwen2 (biases, tied head), Qwen3 (Q/K norms, a head width apart from hidden/heads),
+/// Phi-3 (fused `qkv_proj` and `gate_up_proj`) and Mixtral (`block_sparse_moe` experts) as
+/// transformers saves them, in float32 and bfloat16, with its config keys (`rope_parameters`)
+/// and tokenizer files.
+#[test]
+fn transformers_checkpoints_match_transformers() {
+    for model in [
+        "llama-f32",
+        "llama-bf16",
+        "qwen2-f32",
+        "qwen2-bf16",
+        "qwen3-f32",
+        "phi3-f32",
+        "mixtral-f32",
+    ] {
+        check_hf(model);
+    }
 }
 
 /// One line of a `*.embeddings.jsonl` file: llama.cpp's tokens and pooled, L2-normalized vector.

@@ -40,6 +40,51 @@ fn greedy<B: InferenceBackend>(m: &LoadedModel<B>, ids: &[u32], n: usize) -> (Ve
     (first, out)
 }
 
+/// Greedy steps compared up to the reference's own near-ties.
+const NEAR_TIE_STEPS: usize = 16;
+
+/// `cand`'s greedy choices along `reference`'s greedy path after `ids` (teacher-forced, so one
+/// fork does not derail the rest): where they differ, the reference's own top two must be a near-tie
+/// (within 0.03 in probability or 0.2 in logit) and `cand` must pick the reference's second.
+fn same_up_to_near_ties<B: InferenceBackend>(
+    reference: &LoadedModel<B>,
+    cand: &LoadedModel<B>,
+    ids: &[u32],
+) {
+    let mut rc = ContiguousKvCache::<B>::new(reference.model.n_layers(), 256);
+    let mut cc = ContiguousKvCache::<B>::new(cand.model.n_layers(), 256);
+    let mut r = prefill(&reference.model, &mut rc, ids).expect("prefill");
+    let mut c = prefill(&cand.model, &mut cc, ids).expect("prefill");
+    let argmax = |v: &[f32]| {
+        v.iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map_or(0, |(i, _)| i)
+    };
+    let mut forks = 0;
+    for step in 0..NEAR_TIE_STEPS {
+        let (rt, ct) = (argmax(&r), argmax(&c));
+        if rt != ct {
+            let mut order: Vec<usize> = (0..r.len()).collect();
+            order.sort_by(|&a, &b| r[b].total_cmp(&r[a]));
+            let max = r[rt];
+            let z: f32 = r.iter().map(|l| (l - max).exp()).sum();
+            let (p1, p2) = (1.0 / z, (r[order[1]] - max).exp() / z);
+            let near = p1 - p2 <= 0.03 || r[rt] - r[order[1]] <= 0.2;
+            assert!(
+                near && ct == order[1],
+                "step {step}: {ct} where the reference picks {rt} (p {p1:.4}, its second {} at \
+                 p {p2:.4}): not the reference's near-tie",
+                order[1]
+            );
+            forks += 1;
+        }
+        r = prefill(&reference.model, &mut rc, &[rt as u32]).expect("decode");
+        c = prefill(&cand.model, &mut cc, &[rt as u32]).expect("decode");
+    }
+    eprintln!("{forks} of {NEAR_TIE_STEPS} greedy steps differ, each at a reference near-tie");
+}
+
 const PROMPT: &str = "The three primary colors are";
 
 struct RoundTrip {
@@ -228,11 +273,11 @@ impl BackendTask for HfCheck {
             lg.iter().zip(&lh).all(|(a, b)| a.to_bits() == b.to_bits()),
             "HF checkpoint and GGUF of the same weights differ"
         );
-        // The shipped Q4_1 file agrees on the opening tokens (past them, Q4_1 kernels with 8-bit
-        // activations and f32 matmuls part at a near-tie).
+        // The shipped Q4_1 file (Q4_1 kernels with 8-bit activations) against the F32 one: the
+        // same greedy choices but at the F32 model's own near-ties.
         let q4 =
             cinder::importer::load_model::<B>(&model_path("smollm2-135m"), &device).expect("gguf");
-        assert_eq!(greedy(&q4, &ids, 8).1, want[..8]);
+        same_up_to_near_ties(&g, &q4, &ids);
 
         let m = import::<B>(&self.hf, &self.rec, &ImportOptions::default(), &device)
             .expect("import HF");
@@ -259,7 +304,7 @@ impl BackendTask for HfCheck {
         assert_eq!(mq.quantized_on_import.as_deref(), Some("Q8_0"));
         assert!(mq.tensors.iter().any(|t| t.ty == "Q8_0"));
         let rq = load_model::<B>(&q, &device).expect("q8_0 record loads");
-        assert_eq!(greedy(&rq, &ids, 8).1, want[..8]);
+        same_up_to_near_ties(&h, &rq, &ids);
     }
 }
 

@@ -10,7 +10,8 @@ drawn so that the model is not degenerate: attention scores and logits have a sp
 and for `llama3-tiny` the RoPE frequency factors (`rope_freqs`) change the logits at short positions.
 
 Usage (numpy and the `gguf` package from PyPI):
-    python3 benches/reference/tiny_models.py SMOLLM2.gguf OUT_DIR
+    python3 benches/reference/tiny_models.py SMOLLM2.gguf OUT_DIR [MODEL ...]
+(MODEL names write only those files.)
 then `benches/reference/llamacpp_logits.sh OUT_DIR` writes llama.cpp's logits beside them.
 The output is deterministic (fixed seeds): rerunning it rewrites the same bytes.
 """
@@ -212,6 +213,26 @@ MODELS = {
                    ffn_up_exps=T.Q8_0, ffn_down_exps=T.Q4_K),
         seed=5,
     ),
+    "qwen2-tiny": dict(
+        arch="qwen2",
+        # Qwen2 / Qwen2.5: biases on Q, K and V (drawn large enough to move the logits), NeoX RoPE,
+        # an untied output head
+        # (llama.cpp's qwen2 wants heads × head width = the model width)
+        d=128, ff=256, heads=4, kv_heads=2, head_dim=32, layers=2, theta=1000000.0,
+        rope_freqs=None, qkv_bias=True,
+        types=dict(token_embd=T.Q4_0, output=T.Q4_1, attn_q=T.Q8_0, attn_k=T.Q5_1, attn_v=T.Q4_1,
+                   attn_output=T.Q5_0, ffn_gate=T.Q5_0, ffn_up=T.Q8_0, ffn_down=T.Q6_K),
+        seed=7,
+    ),
+    "qwen2-tied-tiny": dict(
+        arch="qwen2",
+        # the small Qwen2.5 sizes (0.5B, 1.5B): the same biases, the head tied to the embedding
+        d=128, ff=256, heads=4, kv_heads=2, head_dim=32, layers=2, theta=1000000.0,
+        rope_freqs=None, qkv_bias=True,
+        types=dict(token_embd=T.Q5_0, attn_q=T.Q4_0, attn_k=T.Q8_0, attn_v=T.F16,
+                   attn_output=T.Q5_1, ffn_gate=T.Q4_0, ffn_up=T.Q4_1, ffn_down=T.Q4_K),
+        seed=8,
+    ),
     "mixtral-tiny": dict(
         arch="llama",
         # Mixtral: a Llama file whose MLPs are mixtures of experts (interleaved RoPE)
@@ -298,6 +319,12 @@ def write_model(name, spec, tokenizer_src, out_dir):
             add(p + "attn_q.weight", q, types["attn_q"])
             add(p + "attn_k.weight", k, types["attn_k"])
             add(p + "attn_v.weight", v, types["attn_v"])
+        if spec.get("qkv_bias"):
+            # Biases of the size of a projected value (~1 for Q and K after the 2x scale), so a
+            # model that drops them is far off.
+            add(p + "attn_q.bias", rng.standard_normal(h * hd).astype(np.float32), T.F32)
+            add(p + "attn_k.bias", rng.standard_normal(kvh * hd).astype(np.float32), T.F32)
+            add(p + "attn_v.bias", 0.5 * rng.standard_normal(kvh * hd).astype(np.float32), T.F32)
         if arch in ("qwen3", "qwen3moe"):
             add(p + "attn_q_norm.weight", norm(hd, 0.3, 1.5), T.F32)
             add(p + "attn_k_norm.weight", norm(hd, 0.3, 1.5), T.F32)
@@ -340,12 +367,13 @@ def finish(w, path):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) < 3 or any(n not in MODELS for n in sys.argv[3:]):
         sys.exit(__doc__)
-    src, out_dir = sys.argv[1], sys.argv[2]
+    src, out_dir, only = sys.argv[1], sys.argv[2], sys.argv[3:]
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     for name, spec in MODELS.items():
-        write_model(name, spec, src, out_dir)
+        if not only or name in only:
+            write_model(name, spec, src, out_dir)
 
 
 if __name__ == "__main__":

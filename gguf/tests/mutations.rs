@@ -604,13 +604,15 @@ fn open_from_disk_matches_from_bytes() {
     );
 }
 
-/// `CINDER_GGUF_FUZZ_CORPUS=dir cargo test --test mutations write_fuzz_seed_corpus` writes seeds.
+/// The fuzz target's seed corpus: written to `CINDER_GGUF_FUZZ_CORPUS` when it names a directory
+/// (`.ci/run` then runs the fuzz target over it), else to a temporary one; every seed must be a
+/// valid file that the fuzz body reads through (a corpus of broken seeds would start the fuzzer
+/// from nothing).
 #[test]
 fn write_fuzz_seed_corpus() {
-    let Some(dir) = std::env::var_os("CINDER_GGUF_FUZZ_CORPUS") else {
-        return;
-    };
-    let dir = std::path::PathBuf::from(dir);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::env::var_os("CINDER_GGUF_FUZZ_CORPUS")
+        .map_or_else(|| tmp.path().to_path_buf(), std::path::PathBuf::from);
     std::fs::create_dir_all(&dir).unwrap();
     let l = FileMap::new();
     std::fs::write(dir.join("base.gguf"), &l.bytes).unwrap();
@@ -648,7 +650,16 @@ fn write_fuzz_seed_corpus() {
         )
         .unwrap();
     }
-    println!("seed corpus written to {}", dir.display());
+    let mut seeds = 0;
+    for name in [
+        "base", "nested", "align64", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "Q5_K", "BF16",
+    ] {
+        let bytes = std::fs::read(dir.join(format!("{name}.gguf"))).unwrap();
+        fuzz_body::parse_and_dequantize(&bytes)
+            .unwrap_or_else(|e| panic!("seed {name}.gguf does not parse: {e}"));
+        seeds += 1;
+    }
+    println!("{seeds} seeds written to {}", dir.display());
 }
 
 // ---- the real model -------------------------------------------------------------------------------

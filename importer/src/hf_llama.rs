@@ -396,7 +396,18 @@ fn read_config(
     let n_heads = need("num_attention_heads")?;
     let n_kv_heads = usize_key(&cfg, &path, "num_key_value_heads")?.unwrap_or(n_heads);
     let head_dim = usize_key(&cfg, &path, "head_dim")?.unwrap_or(d_model / n_heads);
-    let rope_theta = f64_key(&cfg, &path, "rope_theta")?.unwrap_or(10000.0);
+    // transformers 5 writes the RoPE settings as one `rope_parameters` object (`rope_type`,
+    // `rope_theta` and the scaling's own keys); earlier versions a top-level `rope_theta` and a
+    // `rope_scaling` object. Either is read; the top-level keys win where both are present.
+    let rope_params = cfg.get("rope_parameters").filter(|v| v.is_object());
+    let rope_theta = match f64_key(&cfg, &path, "rope_theta")? {
+        Some(t) => t,
+        None => match rope_params {
+            Some(rp) => f64_key(rp, &path, "rope_theta")?,
+            None => None,
+        }
+        .unwrap_or(10000.0),
+    };
     let mut rope_linear_scale = 1.0;
     let mut rope_freq_factors = None;
     let mut rope_attn_factor = None;
@@ -411,7 +422,11 @@ fn read_config(
         }
         None => head_dim,
     };
-    if let Some(rs) = cfg.get("rope_scaling").filter(|v| !v.is_null()) {
+    let scaling = cfg
+        .get("rope_scaling")
+        .filter(|v| !v.is_null())
+        .or(rope_params);
+    if let Some(rs) = scaling {
         let kind = rs
             .get("rope_type")
             .or_else(|| rs.get("type"))

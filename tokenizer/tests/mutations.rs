@@ -111,14 +111,20 @@ fn tokenizer_metadata_mutations() {
     assert!(built > 1000, "only {built} variants built a tokenizer");
 }
 
-/// Adds `tokenizer.gguf` to the fuzz seed corpus when `CINDER_GGUF_FUZZ_CORPUS` names a directory
-/// (beside the files `mutations.rs` writes; see `fuzz/README.md`).
+/// Adds `tokenizer.gguf` to the fuzz seed corpus in `CINDER_GGUF_FUZZ_CORPUS` when it names a
+/// directory (beside the files `gguf/tests/mutations.rs` writes; see `gguf/fuzz/README.md`), else
+/// to a temporary one; the seed must parse and build its tokenizer in the fuzz body.
 #[test]
 fn write_fuzz_seed_tokenizer() {
-    let Some(dir) = std::env::var_os("CINDER_GGUF_FUZZ_CORPUS") else {
-        return;
-    };
-    let dir = std::path::PathBuf::from(dir);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = std::env::var_os("CINDER_GGUF_FUZZ_CORPUS")
+        .map_or_else(|| tmp.path().to_path_buf(), std::path::PathBuf::from);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("tokenizer.gguf"), tokenizer_file()).unwrap();
+    let bytes = std::fs::read(dir.join("tokenizer.gguf")).unwrap();
+    let f = cinder_gguf::GgufFile::from_bytes(bytes).expect("the seed parses");
+    assert!(
+        fuzz_body::use_tokenizer(&f),
+        "the seed builds its tokenizer"
+    );
 }
