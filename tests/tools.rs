@@ -1,9 +1,12 @@
 //! Function calling on the chat API. Qwen2.5-Coder-1.5B-Instruct (its chat template renders
 //! `tools` and writes Hermes-style `<tool_call>` blocks): the prompt a tool conversation renders to
 //! equals Python jinja2's rendering of the same template; the official OpenAI Python client makes
-//! a round trip (the model calls, the tool answers, the model answers) non-streaming and streaming,
-//! and forced calls (`required` with parallel calls, a named function) come out valid. SmolLM2,
-//! whose template has no tool syntax: `auto` is a clear 400, a forced call still comes out valid.
+//! a round trip (the model calls the function named in `tool_choice`, the tool answers, the model
+//! answers under `tool_choice: "none"`) non-streaming and streaming, the follow-up request's prompt
+//! is as many tokens as the jinja2 rendering of that conversation, and forced calls (`required`
+//! with two tools and a question for both, a named function) come out valid. Every choice is forced,
+//! so no greedy near-tie decides whether the model calls. SmolLM2, whose template has no tool
+//! syntax: `auto` is a clear 400, a forced call still comes out valid.
 
 mod common;
 
@@ -36,12 +39,16 @@ fn a_tool_conversation_renders_as_jinja2_renders_it() {
         result,
     ];
     let got = apply_chat_template_with_tools(&tok, &msgs, Some(&tools), true).expect("render");
-    let want = std::fs::read_to_string(
+    assert_eq!(got, reference_render());
+}
+
+/// `benches/reference/render_tool_prompt.py`'s jinja2 rendering of a tool conversation.
+fn reference_render() -> String {
+    std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data/qwen2.5-coder-tools.prompt.txt"),
     )
-    .expect("reference");
-    assert_eq!(got, want);
+    .expect("reference")
 }
 
 /// The official client against Qwen2.5-Coder: a round trip whole and streamed, forced calls.
@@ -54,8 +61,18 @@ fn the_openai_client_makes_a_tool_round_trip() {
         assert_eq!(c["finish"], "tool_calls", "{key}: {v}");
         assert_eq!(c["n"], 1, "{key}: {v}");
         assert_eq!(c["name"], "get_weather", "{key}: {v}");
-        assert_eq!(c["arguments"]["city"], "Paris", "{key}: {v}");
+        // exactly the reference conversation's arguments, so the follow-up renders as it does
+        assert_eq!(c["arguments"], json!({"city": "Paris"}), "{key}: {v}");
     }
+    // The follow-up (the call and the tool's result sent back) is the reference conversation:
+    // the server's prompt has as many tokens as jinja2's rendering of it.
+    let f = cinder::gguf::GgufFile::open(model_path(QWEN)).expect("gguf");
+    let tok = cinder::tokenizer::Tokenizer::from_gguf(&f).expect("tokenizer");
+    let want = tok
+        .tokenize(&reference_render(), false, true)
+        .expect("tokenize")
+        .len();
+    assert_eq!(v["follow_up_prompt_tokens"], want, "{v}");
     assert!(
         v["call"]["id"]
             .as_str()
@@ -68,16 +85,17 @@ fn the_openai_client_makes_a_tool_round_trip() {
         assert!(!t.trim().is_empty(), "{key}: {v}");
     }
     assert_eq!(v["answer"]["calls"], 0, "{v}");
-    let names: Vec<&str> = v["required"]
+    // `required` with two tools and a question that needs both: both calls, each parseable.
+    let mut names: Vec<&str> = v["required"]
         .as_array()
         .expect("required calls")
         .iter()
         .filter_map(|c| c["name"].as_str())
         .collect();
-    assert!(!names.is_empty(), "{v}");
+    names.sort_unstable();
+    assert_eq!(names, ["get_time", "get_weather"], "{v}");
     for c in v["required"].as_array().into_iter().flatten() {
-        assert!(["get_weather", "get_time"].contains(&c["name"].as_str().unwrap_or("")));
-        assert!(c["arguments"]["city"].is_string(), "{v}");
+        assert_eq!(c["arguments"]["city"], "Tokyo", "{v}");
     }
     assert_eq!(v["named"].as_array().map(Vec::len), Some(1), "{v}");
     assert_eq!(v["named"][0]["name"], "get_time");
