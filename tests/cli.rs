@@ -111,7 +111,16 @@ fn info_reports_the_model() {
     let (json, _) = run_ok(&["info", "smollm2-135m", "--json"]);
     let v: serde_json::Value = serde_json::from_str(json.trim()).expect("info --json is JSON");
     assert_eq!(v["arch"], "llama");
+    assert_eq!(v["format"], "gguf");
     assert_eq!(v["tensor_types"]["Q8_0"], 1);
+    // A Hugging Face checkpoint (saved by transformers) is read the way the loader reads it.
+    let hf = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/hf-tiny/qwen2-bf16");
+    let (json, _) = run_ok(&["info", hf, "--json"]);
+    let v: serde_json::Value = serde_json::from_str(json.trim()).expect("info --json is JSON");
+    assert_eq!(v["format"], "safetensors", "{v}");
+    assert_eq!(v["arch"], "qwen2", "{v}");
+    assert_eq!(v["tensor_types"]["BF16"], 26, "{v}");
+    assert_eq!(v["block_count"], 2, "{v}");
 }
 
 #[test]
@@ -166,13 +175,13 @@ impl cinder::prelude::BackendTask for LibraryPpl {
         let m = cinder::importer::load_model::<B>(&path("smollm2-135m"), &device).expect("model");
         let text = std::fs::read_to_string(path("lee-corpus")).expect("corpus");
         let tokens = m.tokenizer.encode(&text, true).expect("encode");
-        let opts = cinder::runtime::eval::PerplexityOptions {
+        let opts = cinder::eval::PerplexityOptions {
             ctx: 128,
             max_chunks: Some(2),
             bos: m.tokenizer.bos_id.filter(|_| m.tokenizer.add_bos),
             paged: false,
         };
-        cinder::runtime::eval::perplexity(&m.model, &tokens, opts, &mut |_, _, _| {})
+        cinder::eval::perplexity(&m.model, &tokens, opts, &mut |_, _, _| {})
             .expect("perplexity")
             .ppl
     }
