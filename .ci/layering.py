@@ -17,8 +17,12 @@ import sys
 # Lowest first: (floor, folders relative to the workspace root).
 FLOORS = [
     ("formats", ["gguf", "tokenizer", "catalog"]),
+    # the vector index: files and search, nothing of the model stack
+    ("index", ["index"]),
     ("backends", ["backends"]),
     ("runtime", ["runtime"]),
+    # perplexity and KL divergence: run models, serve nothing
+    ("eval", ["eval"]),
     ("models", ["models"]),
     ("importer", ["importer"]),
     ("server", ["server"]),

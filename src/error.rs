@@ -3,6 +3,7 @@
 
 use cinder_backends::BackendError;
 use cinder_catalog::CatalogError;
+use cinder_eval::EvalError;
 use cinder_gguf::GgufError;
 use cinder_importer::ImportError;
 use cinder_index::IndexError;
@@ -53,6 +54,9 @@ pub enum Error {
     /// The vector index refused an operation.
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// Perplexity or KL-divergence evaluation failed.
+    #[error(transparent)]
+    Eval(#[from] EvalError),
     /// The engine ended the request early ([`FinishReason::Error`], `Timeout` or `Cancelled`).
     #[error("generation ended early: {0:?}")]
     Ended(FinishReason),

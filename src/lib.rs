@@ -29,6 +29,7 @@
 
 pub use cinder_backends as backends;
 pub use cinder_catalog as catalog;
+pub use cinder_eval as eval;
 pub use cinder_gguf as gguf;
 pub use cinder_importer as importer;
 pub use cinder_index as index;

@@ -4,8 +4,8 @@
 
 mod common;
 
+use cinder::eval::{PerplexityOptions, perplexity};
 use cinder::prelude::*;
-use cinder::runtime::eval::{PerplexityOptions, perplexity};
 use common::*;
 
 struct Ppl {

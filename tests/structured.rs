@@ -7,10 +7,10 @@
 
 mod common;
 
+use cinder::eval::{PerplexityOptions, perplexity_rows};
 use cinder::prelude::*;
 use cinder::runtime::constraint::{Constraint, Grammars};
 use cinder::runtime::engine::{Engine, EngineConfig, Event, Request, SpeculativeConfig};
-use cinder::runtime::eval::{PerplexityOptions, perplexity_rows};
 use cinder::runtime::kv::KvBudget;
 use cinder::runtime::sampler::log_prob;
 use cinder::runtime::scheduler::SchedulerConfig;

@@ -17,7 +17,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use crate::error::{Result, RuntimeError};
+use crate::error::{EvalError, Result};
 
 const MAGIC: &[u8; 8] = b"CINDERLG";
 const VERSION: u32 = 1;
@@ -73,7 +73,7 @@ impl BaseLogits {
     /// tokens (chunks × ctx), kept so a comparison can check it scores the same text the same way.
     pub fn new(vocab: usize, ctx: usize, top_k: usize, tokens: Vec<u32>) -> Result<Self> {
         if top_k == 0 || top_k > MAX_TOP_K || top_k > vocab {
-            return Err(RuntimeError::Sampling(format!(
+            return Err(EvalError::Invalid(format!(
                 "logits top-k {top_k} must be 1..={} and at most the vocabulary ({vocab})",
                 MAX_TOP_K
             )));
@@ -92,7 +92,7 @@ impl BaseLogits {
     /// Records one scored position from the base model's logits row (`[vocab]`).
     pub fn push_row(&mut self, logits: &[f32], target: u32) -> Result<()> {
         if logits.len() != self.vocab {
-            return Err(RuntimeError::Sampling(format!(
+            return Err(EvalError::Invalid(format!(
                 "logits row of {} values for a vocabulary of {}",
                 logits.len(),
                 self.vocab
@@ -155,7 +155,7 @@ impl BaseLogits {
 
     /// Writes the file (temporary file, fsync, rename: a crash leaves the old file or none).
     pub fn save(&self, path: &Path) -> Result<()> {
-        let io = |e: std::io::Error| RuntimeError::LogitsFile {
+        let io = |e: std::io::Error| EvalError::LogitsFile {
             path: path.display().to_string(),
             reason: e.to_string(),
         };
@@ -201,7 +201,7 @@ impl BaseLogits {
     /// Reads and checks a file written by [`BaseLogits::save`]: sizes against the file length
     /// before any allocation, the checksum, token ids inside the vocabulary, finite log-probs.
     pub fn load(path: &Path) -> Result<Self> {
-        let bad = |reason: String| RuntimeError::LogitsFile {
+        let bad = |reason: String| EvalError::LogitsFile {
             path: path.display().to_string(),
             reason,
         };

@@ -1,19 +1,27 @@
-//! Evaluation: perplexity scored the way `llama-perplexity` does.
+//! # cinder-eval
+//!
+//! Evaluation: perplexity scored the way `llama-perplexity` does, and KL divergence against a
+//! base model's saved logits ([`kld`]). A floor of its own above the runtime: serving needs none of
+//! it.
 //!
 //! The text is tokenized once; it is cut into chunks of `ctx` tokens; when the model adds BOS, each
 //! chunk's first token is replaced by BOS; each chunk is run from an empty cache and scored on its second
 //! half (positions `ctx/2 .. ctx-1` predicting the next token), so every prediction has at least `ctx/2`
 //! tokens of context. PPL = exp(mean NLL); the ± is llama.cpp's standard error of that estimate.
 
+#![warn(missing_docs)]
+
+mod error;
 pub mod kld;
 
-use crate::attention::{AttentionCache, ContiguousKvCache};
-use crate::error::{Result, RuntimeError};
-use crate::kv::SeqPagedCache;
-use crate::model::{CausalLm, Logits};
-use crate::model::{logits_to_vec, token_tensor};
-use crate::sampler::log_prob;
+pub use error::{EvalError, Result};
+
 use cinder_backends::InferenceBackend;
+use cinder_runtime::attention::{AttentionCache, ContiguousKvCache};
+use cinder_runtime::kv::SeqPagedCache;
+use cinder_runtime::model::{CausalLm, Logits};
+use cinder_runtime::model::{logits_to_vec, token_tensor};
+use cinder_runtime::sampler::log_prob;
 
 /// Perplexity settings.
 #[derive(Debug, Clone, Copy)]
@@ -63,21 +71,20 @@ pub fn perplexity_rows<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
 ) -> Result<Perplexity> {
     let ctx = opts.ctx;
     if ctx < 4 {
-        return Err(RuntimeError::Sampling(format!(
+        return Err(EvalError::Invalid(format!(
             "perplexity ctx {ctx} must be at least 4"
         )));
     }
     if ctx > model.context_length() {
-        return Err(RuntimeError::ContextOverflow {
-            prompt: ctx,
-            max_new: 0,
-            ctx: model.context_length(),
+        return Err(EvalError::ContextOverflow {
+            ctx,
+            max: model.context_length(),
         });
     }
     let available = tokens.len() / ctx;
     let n_chunks = opts.max_chunks.map_or(available, |m| m.min(available));
     if n_chunks == 0 {
-        return Err(RuntimeError::Sampling(format!(
+        return Err(EvalError::Invalid(format!(
             "text has {} tokens: perplexity needs at least ctx = {ctx}",
             tokens.len()
         )));
@@ -155,7 +162,7 @@ pub fn evaluate<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     base: Option<&kld::BaseLogits>,
     on_chunk: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<Evaluation> {
-    let mismatch = |reason: String| RuntimeError::LogitsFile {
+    let mismatch = |reason: String| EvalError::LogitsFile {
         path: "(the saved base)".into(),
         reason,
     };

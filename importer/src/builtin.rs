@@ -3,6 +3,7 @@
 //! Qwen3-MoE, OLMoE, Phi-3) and Gemma 3.
 
 use std::ops::Range;
+use std::path::Path;
 
 use cinder_gguf::GgufFile;
 use cinder_models::gemma3::{Gemma3, Gemma3Blocks, Gemma3Config};
@@ -14,7 +15,7 @@ use crate::arch::{self, GEMMA3_GGUF_NAMES, LLAMA_FAMILY, LLAMA_GGUF_NAMES};
 use crate::error::Result;
 use crate::fused::FusedSplit;
 use crate::gguf_weights::{TableWeights, TensorStore};
-use crate::registry::{Architecture, ArchitectureConfig, Registered, entry_of};
+use crate::registry::{Architecture, ArchitectureConfig, HfModel, Registered, entry_of};
 
 /// Every built-in architecture, in lookup order.
 pub(crate) fn architectures() -> Vec<Registered> {
@@ -58,6 +59,21 @@ impl Architecture for LlamaFamily {
         let tables = arch::llama_family_tables(file, name)?;
         arch::check_tensor_names(file, name, tables)?;
         arch::llama_config(file)
+    }
+
+    fn hf_architectures(&self) -> &'static [&'static str] {
+        crate::hf_llama::hf_names()
+    }
+
+    fn read_hf(&self, dir: &Path, arch: Option<&str>) -> Result<HfModel<LlamaConfig>> {
+        let ck = crate::hf_llama::read(dir, arch)?;
+        Ok(HfModel {
+            config: ck.config,
+            arch: ck.arch,
+            name: ck.name,
+            tensors: ck.tensors,
+            sources: ck.sources,
+        })
     }
 
     fn build<B: InferenceBackend>(

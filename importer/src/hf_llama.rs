@@ -130,6 +130,12 @@ const HF_LLAMA_NAMES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The HF architecture names this reader maps (what the Llama family registers).
+pub(crate) fn hf_names() -> &'static [&'static str] {
+    static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| HF_ARCHITECTURES.iter().map(|(h, _)| *h).collect())
+}
+
 /// Buffers some exporters save that are not weights (recomputed from the config).
 const IGNORED_SUFFIXES: &[&str] = &["rotary_emb.inv_freq"];
 

@@ -10,6 +10,7 @@ use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::fmt;
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
 
 use cinder_backends::{BackendVisitor, InferenceBackend, for_each_compiled};
@@ -19,7 +20,24 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{ImportError, Result};
-use crate::gguf_weights::TensorStore;
+use crate::gguf_weights::{StoredTensor, TensorStore};
+
+/// A Hugging Face checkpoint as an architecture reads it: its config from `config.json`, its
+/// tensors renamed and laid out as the architecture's GGUF files hold them (so one [`Architecture::build`]
+/// serves both formats).
+#[derive(Debug)]
+pub struct HfModel<C> {
+    /// the config
+    pub config: C,
+    /// the GGUF architecture name the checkpoint is (`llama`, `qwen2`, …), for reports
+    pub arch: String,
+    /// the model's name, if the config gives one
+    pub name: Option<String>,
+    /// tensors in GGUF names and layout, in a stable order
+    pub tensors: Vec<(String, StoredTensor)>,
+    /// the files read (config, weights, index)
+    pub sources: Vec<PathBuf>,
+}
 
 /// An architecture's hyper-parameters: what a record's `config.json` stores, and what sizes the
 /// tokenizer check and the layer split need.
@@ -84,6 +102,23 @@ pub trait Architecture: Send + Sync + 'static {
 
     /// The config a GGUF file's metadata describes; refuses tensors the model would not apply.
     fn config_from_gguf(&self, file: &GgufFile) -> Result<Self::Config>;
+
+    /// The Hugging Face `config.json` `architectures[0]` values this architecture reads with
+    /// [`Architecture::read_hf`] (none by default: its checkpoints then load from GGUF only).
+    fn hf_architectures(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Reads the HF checkpoint folder `dir` (its `config.json` names one of
+    /// [`Architecture::hf_architectures`]); `arch` is the GGUF architecture the caller requires
+    /// (`cinder import --arch`), if any.
+    fn read_hf(&self, dir: &Path, _arch: Option<&str>) -> Result<HfModel<Self::Config>> {
+        Err(ImportError::Unsupported(format!(
+            "{}: the {} architecture reads no Hugging Face checkpoints",
+            dir.display(),
+            self.name()
+        )))
+    }
 
     /// Builds the whole model from GGUF-named tensors on `device`.
     fn build<B: InferenceBackend>(
@@ -193,6 +228,12 @@ impl<A: Architecture, B: InferenceBackend> BuildOn<B> for Typed<A> {
 trait Entry: Send + Sync {
     fn name(&self) -> &'static str;
     fn gguf_architectures(&self) -> &'static [&'static str];
+    fn hf_architectures(&self) -> &'static [&'static str];
+    fn read_hf(
+        &self,
+        dir: &Path,
+        arch: Option<&str>,
+    ) -> Result<(Box<dyn Any + Send + Sync>, HfModel<()>)>;
     fn parse_gguf(&self, file: &GgufFile) -> Result<Box<dyn Any + Send + Sync>>;
     fn parse_json(&self, v: serde_json::Value) -> Result<Box<dyn Any + Send + Sync>>;
     fn facts(&self, cfg: &dyn Any) -> Option<(usize, usize, serde_json::Value)>;
@@ -204,6 +245,24 @@ impl<A: Architecture> Entry for Typed<A> {
     }
     fn gguf_architectures(&self) -> &'static [&'static str] {
         self.0.gguf_architectures()
+    }
+    fn hf_architectures(&self) -> &'static [&'static str] {
+        self.0.hf_architectures()
+    }
+    fn read_hf(
+        &self,
+        dir: &Path,
+        arch: Option<&str>,
+    ) -> Result<(Box<dyn Any + Send + Sync>, HfModel<()>)> {
+        let m = self.0.read_hf(dir, arch)?;
+        let rest = HfModel {
+            config: (),
+            arch: m.arch,
+            name: m.name,
+            tensors: m.tensors,
+            sources: m.sources,
+        };
+        Ok((Box::new(m.config), rest))
     }
     fn parse_gguf(&self, file: &GgufFile) -> Result<Box<dyn Any + Send + Sync>> {
         Ok(Box::new(self.0.config_from_gguf(file)?))
@@ -441,6 +500,32 @@ impl ArchConfig {
         self.builder::<B>()?
             .build_blocks(self.config.as_ref(), store, device, layers)
     }
+}
+
+/// The Hugging Face architecture names the registry reads (`LlamaForCausalLM`, …), sorted.
+pub fn hf_architectures() -> Vec<&'static str> {
+    let all = registry().read().unwrap_or_else(|p| p.into_inner());
+    let mut names: Vec<&'static str> = all
+        .iter()
+        .flat_map(|r| r.entry.hf_architectures().iter().copied())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// Reads the HF checkpoint `dir` whose `config.json` declares `declared`, by the registered
+/// architecture that reads it: the config and the checkpoint's tensors in GGUF names.
+pub(crate) fn read_hf(
+    dir: &Path,
+    declared: &str,
+    arch: Option<&str>,
+) -> Result<(ArchConfig, HfModel<()>)> {
+    let entry = find(|e| e.hf_architectures().contains(&declared)).ok_or_else(|| {
+        ImportError::UnsupportedArch(declared.to_string(), hf_architectures().join(", "))
+    })?;
+    let (config, rest) = entry.entry.read_hf(dir, arch)?;
+    Ok((ArchConfig::from_parts(entry, config)?, rest))
 }
 
 /// `name` is not registered: the error lists every name that is (record and GGUF names).

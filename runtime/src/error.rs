@@ -57,14 +57,6 @@ pub enum RuntimeError {
     /// The engine has stopped.
     #[error("the engine has shut down")]
     EngineStopped,
-    /// A saved-logits file (KL-divergence base) is unreadable, corrupt or does not match the run.
-    #[error("logits file {path}: {reason}")]
-    LogitsFile {
-        /// the file
-        path: String,
-        /// what is wrong
-        reason: String,
-    },
     /// The GGUF-level error (dequantization).
     #[error(transparent)]
     Gguf(#[from] cinder_gguf::GgufError),

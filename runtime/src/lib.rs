@@ -10,7 +10,6 @@ pub mod attention;
 pub mod constraint;
 pub mod engine;
 mod error;
-pub mod eval;
 pub mod generate;
 pub mod kv;
 pub mod model;

@@ -25,9 +25,7 @@ pub use named::{F32Tensor, NamedWeights, bert_prefix};
 
 use crate::arch::BERT_HF_NAMES;
 use crate::error::{ImportError, Result};
-
-/// Extensions of pickle-based checkpoints, which can run code when loaded.
-const PICKLE_EXTENSIONS: &[&str] = &["bin", "pt", "pth", "ckpt", "pkl", "pickle"];
+use crate::source::{Format, onnx_files};
 
 fn file_err(path: &Path, reason: impl Into<String>) -> ImportError {
     ImportError::File {
@@ -43,73 +41,43 @@ fn read_text(path: &Path) -> Result<String> {
     })
 }
 
-/// Refuses pickle-based checkpoints (`.bin`, `.pt`, `.pth`, `.ckpt`, `.pkl`): loading one can run
-/// arbitrary code.
-pub(crate) fn refuse_pickle(path: &Path) -> Result<()> {
-    let e = path
-        .extension()
-        .map(|e| e.to_string_lossy().to_ascii_lowercase())
-        .unwrap_or_default();
-    if PICKLE_EXTENSIONS.contains(&e.as_str()) {
-        return Err(file_err(
-            path,
-            "pickle checkpoints can execute arbitrary code when loaded and are refused; convert \
-             the model to SafeTensors (e.g. `save_pretrained(..., safe_serialization=True)`)",
-        ));
-    }
-    Ok(())
-}
-
-/// The weights file an embedding model path designates: `(weights, directory)`.
+/// The weights file an embedding model path designates, `(weights, directory)`, by its
+/// [`Format`]: a sentence-transformers folder's `model.safetensors` (or the `.safetensors` file
+/// named), or the ONNX graph named or alone in its folder.
 fn locate(path: &Path) -> Result<(PathBuf, PathBuf)> {
-    let ext = |p: &Path| {
-        p.extension()
-            .map(|e| e.to_string_lossy().to_ascii_lowercase())
-            .unwrap_or_default()
-    };
-    if path.is_dir() {
-        let st = path.join("model.safetensors");
-        if st.is_file() {
-            return Ok((st, path.to_path_buf()));
+    let format = Format::detect(path)?;
+    let (weights, dir) = match (format, path.is_dir()) {
+        (Format::SentenceTransformers, true) => {
+            (path.join("model.safetensors"), path.to_path_buf())
         }
-        let entries = std::fs::read_dir(path).map_err(|source| ImportError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let mut onnx: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| ext(p) == "onnx")
-            .collect();
-        onnx.sort();
-        return match onnx.len() {
-            1 => Ok((onnx.remove(0), path.to_path_buf())),
-            0 => Err(file_err(
+        (Format::Onnx, true) => {
+            let mut onnx = onnx_files(path)?;
+            (onnx.remove(0), path.to_path_buf())
+        }
+        (Format::SentenceTransformers | Format::Onnx, false) => {
+            let dir = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+            (path.to_path_buf(), dir)
+        }
+        (other, _) => {
+            return Err(file_err(
                 path,
-                "no model.safetensors or .onnx file in this directory (pickle `.bin` checkpoints \
-                 are not loaded: convert them to SafeTensors)",
-            )),
-            _ => Err(file_err(
-                path,
-                "several .onnx files here: name the one to load",
-            )),
-        };
-    }
-    if !path.is_file() {
-        return Err(file_err(path, "no such file or directory"));
-    }
-    refuse_pickle(path)?;
-    let e = ext(path);
-    if e != "safetensors" && e != "onnx" {
+                format!(
+                    "a {other} model, not a sentence-embedding model (a .safetensors \
+                     sentence-transformers folder or an .onnx graph)"
+                ),
+            ));
+        }
+    };
+    if !weights.is_file() {
         return Err(file_err(
             path,
-            "not a .safetensors or .onnx embedding model",
+            "no model.safetensors here (sharded encoder checkpoints are not read)",
         ));
     }
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    Ok((path.to_path_buf(), dir))
+    Ok((weights, dir))
 }
 
 /// Loads a sentence-embedding model (see the module docs for what `path` may be). `name` is how
@@ -205,17 +173,6 @@ fn sentence_max_tokens(dir: &Path) -> Result<Option<usize>> {
         .and_then(|n| usize::try_from(n).ok()))
 }
 
-/// Whether `path` is a GGUF file (by its magic bytes).
-fn is_gguf(path: &Path) -> bool {
-    use std::io::Read;
-    let mut magic = [0u8; 4];
-    path.is_file()
-        && std::fs::File::open(path)
-            .and_then(|mut f| f.read_exact(&mut magic))
-            .is_ok()
-        && &magic == b"GGUF"
-}
-
 /// Loads any text embedder: a sentence-transformers BERT folder or ONNX export ([`load_embedder`]),
 /// a Gemma 3 sentence-transformers folder (EmbeddingGemma: [`Gemma3Embedder`]), or a GGUF decoder whose `{arch}.pooling_type` makes it an embedding model (Qwen3-Embedding and the
 /// like: [`DecoderEmbedder`]). A GGUF file without a pooling type is a generative model and is
@@ -225,7 +182,7 @@ pub fn load_text_embedder<B: InferenceBackend>(
     path: &Path,
     device: &B::Device,
 ) -> Result<Embedder<B>> {
-    if !is_gguf(path) {
+    if Format::detect(path)? != Format::Gguf {
         let (weights, dir) = locate(path)?;
         let cfg_path = dir.join("config.json");
         let is_st = weights

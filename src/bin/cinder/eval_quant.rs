@@ -7,10 +7,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use cinder::eval::kld::{BaseLogits, DEFAULT_TOP_K};
+use cinder::eval::{Evaluation, PerplexityOptions, evaluate};
 use cinder::gguf::GgufFile;
 use cinder::prelude::*;
-use cinder::runtime::eval::kld::{BaseLogits, DEFAULT_TOP_K};
-use cinder::runtime::eval::{Evaluation, PerplexityOptions, evaluate};
 use clap::Args;
 
 /// `cinder eval-quant MODEL --types T,... --file TEXT`

@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use cinder::gguf::GgufFile;
-use cinder::importer::ModelInfo;
+use cinder::importer::{Format, ModelInfo, Source};
 use cinder::tokenizer::Tokenizer;
 use clap::Args;
 
@@ -19,8 +19,10 @@ pub struct InfoArgs {
 /// Prints the report (reads the header and metadata only; no backend needed).
 pub fn run(a: &InfoArgs) -> Result<()> {
     let path = crate::resolve_model(&a.model)?;
-    if cinder::importer::record::is_record(&path) {
-        return record(a, &path);
+    match Format::detect(&path)? {
+        Format::Record => return record(a, &path),
+        Format::Gguf => {}
+        _ => return source(a, &path),
     }
     let f = GgufFile::open(&path).with_context(|| format!("opening {}", path.display()))?;
     let info = ModelInfo::from_gguf(&path, &f);
@@ -40,7 +42,8 @@ pub fn run(a: &InfoArgs) -> Result<()> {
             "path": path.display().to_string(),
             "arch": info.arch,
             "name": info.name,
-            "gguf_version": info.gguf_version,
+            "format": info.format.name(),
+            "gguf_version": info.format_version,
             "file_bytes": info.file_bytes,
             "n_params": info.n_params,
             "tensor_types": info.type_histogram,
@@ -59,7 +62,10 @@ pub fn run(a: &InfoArgs) -> Result<()> {
     println!("sha256        {sha}");
     println!("name          {}", info.name.as_deref().unwrap_or("-"));
     println!("architecture  {}", info.arch);
-    println!("gguf version  {}", info.gguf_version);
+    println!(
+        "format        gguf v{}",
+        info.format_version.unwrap_or_default()
+    );
     println!(
         "file size     {:.1} MiB",
         info.file_bytes as f64 / (1 << 20) as f64
@@ -81,17 +87,59 @@ pub fn run(a: &InfoArgs) -> Result<()> {
             );
         }
     }
-    let hist: Vec<String> = info
-        .type_histogram
-        .iter()
-        .map(|(t, n)| format!("{t}: {n}"))
-        .collect();
-    println!("tensor types  {}", hist.join(", "));
+    print_types(&info.type_histogram);
     println!(
         "tokenizer     {} / {tok_kind}, vocab {vocab}",
         info.tokenizer_model
     );
     Ok(())
+}
+
+/// `cinder info DIR` for a Hugging Face checkpoint: what [`Source`] reads from it (an embedding
+/// model's folder is refused with the loader to use).
+fn source(a: &InfoArgs, path: &std::path::Path) -> Result<()> {
+    let src = Source::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let info = src.info();
+    let tok = src.tokenizer();
+    if a.json {
+        let v = serde_json::json!({
+            "path": info.path.display().to_string(),
+            "format": info.format.name(),
+            "arch": info.arch,
+            "name": info.name,
+            "file_bytes": info.file_bytes,
+            "n_params": info.n_params,
+            "tensor_types": info.type_histogram,
+            "tokenizer_model": info.tokenizer_model,
+            "vocab_size": tok.vocab_size,
+            "block_count": src.config().n_layers(),
+            "files": src.files().iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    println!("checkpoint    {}", info.path.display());
+    println!("format        {}", info.format);
+    println!("name          {}", info.name.as_deref().unwrap_or("-"));
+    println!("architecture  {}", info.arch);
+    println!(
+        "weights       {:.1} MiB",
+        info.file_bytes as f64 / (1 << 20) as f64
+    );
+    println!("parameters    {:.1} M", info.n_params as f64 / 1e6);
+    println!("block count   {}", src.config().n_layers());
+    print_types(&info.type_histogram);
+    println!(
+        "tokenizer     {}, vocab {}",
+        info.tokenizer_model, tok.vocab_size
+    );
+    Ok(())
+}
+
+/// The `tensor types` line: count per storage type.
+fn print_types(hist: &std::collections::BTreeMap<String, usize>) {
+    let parts: Vec<String> = hist.iter().map(|(t, n)| format!("{t}: {n}")).collect();
+    println!("tensor types  {}", parts.join(", "));
 }
 
 /// `cinder info RECORD_DIR`: the manifest, with every file checked against it.

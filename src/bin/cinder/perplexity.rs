@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use cinder::eval::kld::{BaseLogits, DEFAULT_TOP_K};
+use cinder::eval::{PerplexityOptions, evaluate};
 use cinder::prelude::*;
-use cinder::runtime::eval::kld::{BaseLogits, DEFAULT_TOP_K};
-use cinder::runtime::eval::{PerplexityOptions, evaluate};
 use clap::Args;
 
 /// `cinder perplexity MODEL --file PATH`
