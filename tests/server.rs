@@ -441,3 +441,72 @@ fn the_official_openai_python_client_works_unchanged() {
     assert_eq!(v["not_found"], 404);
     assert_eq!(v["bad_request"], 400);
 }
+
+/// `/tokenize` and `/detokenize` in llama.cpp's shapes, with the served model's tokenizer;
+/// `/v1/models` gives the context a request may fill, which is the limit requests are held to.
+#[test]
+fn tokenize_detokenize_and_the_models_context() {
+    let s = Server::start(&["--no-grpc", "--max-kv-tokens", "512"]);
+    let f = cinder::gguf::GgufFile::open(common::model_path("smollm2-135m")).expect("gguf");
+    let tok = cinder::tokenizer::Tokenizer::from_gguf(&f).expect("tokenizer");
+    let text = "Hello world, héllo 🦀";
+    let (st, v) = s.post("/tokenize", &json!({"content": text}));
+    assert_eq!(st, 200, "{v}");
+    let want = tok.encode(text, false).expect("encode");
+    assert_eq!(v["tokens"], json!(want));
+    // Pieces: strings where a token's bytes are UTF-8, byte arrays where they split a character;
+    // together, the text's bytes.
+    let (_, v) = s.post("/tokenize", &json!({"content": text, "with_pieces": true}));
+    let mut bytes = Vec::new();
+    for (t, id) in v["tokens"].as_array().expect("tokens").iter().zip(&want) {
+        assert_eq!(t["id"], *id, "{v}");
+        match &t["piece"] {
+            Value::String(p) => bytes.extend_from_slice(p.as_bytes()),
+            Value::Array(b) => bytes.extend(b.iter().filter_map(|x| x.as_u64()).map(|x| x as u8)),
+            other => panic!("piece {other}"),
+        }
+    }
+    assert_eq!(bytes, text.as_bytes());
+    // Control tokens written in the text are read as themselves unless parse_special is off.
+    let (_, on) = s.post("/tokenize", &json!({"content": "<|im_start|>"}));
+    let (_, off) = s.post(
+        "/tokenize",
+        &json!({"content": "<|im_start|>", "parse_special": false}),
+    );
+    assert_eq!(on["tokens"].as_array().map(Vec::len), Some(1), "{on}");
+    assert!(off["tokens"].as_array().map_or(0, Vec::len) > 1, "{off}");
+    let (st, v) = s.post("/detokenize", &json!({"tokens": want}));
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["content"], text);
+    // Bad input names its field.
+    let (st, v) = s.post("/detokenize", &json!({"tokens": [1, 999_999]}));
+    assert_eq!(
+        (st, v["error"]["param"].as_str()),
+        (400, Some("tokens")),
+        "{v}"
+    );
+    let (st, v) = s.post("/tokenize", &json!({"text": "no content"}));
+    assert_eq!(st, 400, "{v}");
+    // The context a request may fill: one token more is refused.
+    let m: Value = client()
+        .get(s.url("/v1/models"))
+        .send()
+        .and_then(|r| r.json())
+        .expect("models");
+    let limit = m["data"][0]["max_model_len"]
+        .as_u64()
+        .expect("max_model_len");
+    assert!((256..=512).contains(&limit), "{m}");
+    let n = tok.encode(PROMPT, true).expect("encode").len() as u64;
+    let (st, v) = s.post(
+        "/v1/completions",
+        &json!({"prompt": PROMPT, "max_tokens": limit - n + 1}),
+    );
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["error"]["code"], "context_length_exceeded", "{v}");
+    let (st, v) = s.post(
+        "/v1/completions",
+        &json!({"prompt": PROMPT, "max_tokens": limit - n, "stop": [" "], "temperature": 0}),
+    );
+    assert_eq!(st, 200, "{v}");
+}

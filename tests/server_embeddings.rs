@@ -124,6 +124,8 @@ fn float_base64_and_grpc_equal_the_cli() {
         .filter_map(|d| d["id"].as_str())
         .collect();
     assert_eq!(ids, ["smollm2-135m", MODEL]);
+    // MiniLM embeds up to 256 tokens of a text (sentence_bert_config.json's max_seq_length).
+    assert_eq!(m["data"][1]["max_model_len"], 256, "{m}");
 
     // gRPC Embed gives the same vectors.
     use cinder::server::grpc::pb::{EmbedRequest, inference_client::InferenceClient};

@@ -204,6 +204,16 @@ impl<B: InferenceBackend> Embedder<B> {
         }
     }
 
+    /// The most tokens of one text the model embeds (longer texts are truncated by the encoders,
+    /// refused by a decoder past its context).
+    pub fn max_tokens(&self) -> usize {
+        match self {
+            Self::Sentence(e) => e.max_tokens(),
+            Self::Gemma(e) => e.max_tokens(),
+            Self::Decoder(e) => e.model.context_length(),
+        }
+    }
+
     /// Sequences per forward pass (an encoder's packed batches; a causal decoder runs each text
     /// alone).
     pub fn set_max_batch(&mut self, n: usize) {

@@ -30,6 +30,8 @@ pub trait TextEmbedder: Send + Sync + 'static {
     fn count_tokens(&self, text: &str) -> Result<usize, String>;
     /// One vector per text, in order; L2-normalized when `normalize` is set.
     fn embed(&self, texts: &[&str], normalize: bool) -> Result<Vec<Vec<f32>>, String>;
+    /// The most tokens of one text the model embeds (what `/v1/models` reports).
+    fn max_tokens(&self) -> usize;
 }
 
 /// The embedding model and its admission gate.
@@ -65,6 +67,11 @@ impl EmbeddingService {
             texts_total: AtomicU64::new(0),
             tokens_total: AtomicU64::new(0),
         }
+    }
+
+    /// The most tokens of one text the model embeds.
+    pub fn max_tokens(&self) -> usize {
+        self.model.max_tokens()
     }
 
     /// The name clients send as `model`.

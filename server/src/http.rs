@@ -67,6 +67,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/embeddings", post(crate::embed::embeddings))
         .route("/v1/models", get(models))
+        .route("/tokenize", post(crate::tokenize::tokenize))
+        .route("/detokenize", post(crate::tokenize::detokenize))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .merge(v1)
@@ -87,6 +89,8 @@ async fn observe(State(s): State<AppState>, req: HttpRequest, next: Next) -> Res
         | "/v1/completions"
         | "/v1/embeddings"
         | "/v1/models"
+        | "/tokenize"
+        | "/detokenize"
         | "/health"
         | "/ready"
         | "/metrics" => path.to_string(),
@@ -187,12 +191,18 @@ async fn metrics(State(s): State<AppState>) -> Response {
         .into_response()
 }
 
+/// Each served model with its context: `max_model_len` (vLLM's name) is the most tokens a request
+/// may hold, prompt and completion together (the model's context, capped by the KV budget); an
+/// embedding model's is the most tokens of one text it embeds.
 async fn models(State(s): State<AppState>) -> Json<Value> {
+    let entry = |id: &str, len: usize| {
+        json!({"id": id, "object": "model", "created": s.created, "owned_by": "cinder",
+               "max_model_len": len})
+    };
     Json(json!({
         "object": "list",
-        "data": std::iter::once(s.cfg.model_name.as_str())
-            .chain(s.embedder.as_ref().map(|e| e.name()))
-            .map(|id| json!({"id": id, "object": "model", "created": s.created, "owned_by": "cinder"}))
+        "data": std::iter::once(entry(&s.cfg.model_name, s.engine.max_request_tokens()))
+            .chain(s.embedder.as_ref().map(|e| entry(e.name(), e.max_tokens())))
             .collect::<Vec<_>>(),
     }))
 }

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod openai;
 mod respond;
 pub mod structured;
+pub mod tokenize;
 pub mod tools;
 
 use std::future::Future;

@@ -188,6 +188,10 @@ impl<B: InferenceBackend> TextEmbedder for ServedEmbedder<B> {
     fn embed(&self, texts: &[&str], normalize: bool) -> Result<Vec<Vec<f32>>, String> {
         self.with(|m| m.embed(texts, normalize).map_err(|e| e.to_string()))
     }
+
+    fn max_tokens(&self) -> usize {
+        self.with(|m| m.max_tokens())
+    }
 }
 
 /// SIGTERM or Ctrl-C.
