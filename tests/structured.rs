@@ -496,6 +496,12 @@ fn bad_constraints_get_a_400_naming_the_problem() {
             "response_format",
             "yaml",
         ),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x",
+                   "schema": {"$ref": "#/$defs/n", "$defs": {"n": {"$ref": "#/$defs/n"}}}}}}),
+            "response_format",
+            "admits no text",
+        ),
         (json!({"guided_regex": "[0-9"}), "guided_regex", "regex"),
         (
             json!({"guided_grammar": "start: foo\n"}),

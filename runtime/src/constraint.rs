@@ -180,9 +180,23 @@ impl Grammars {
             .factory
             .create_parser(grammar)
             .map_err(|e| RuntimeError::Constraint(format!("{}: {e}", c.kind())))?;
-        let m = Matcher::new(Ok(parser));
+        let mut m = Matcher::new(Ok(parser));
         if let Some(e) = m.get_error() {
             return Err(RuntimeError::Constraint(format!("{}: {e}", c.kind())));
+        }
+        // A grammar that admits no text at all (a JSON schema whose `$ref` cycle has no base case)
+        // compiles, then fails at its first mask: find that here, so it is refused with the
+        // request instead of ending the sequence mid-generation. One mask of the start state.
+        let empty = match m.compute_mask() {
+            Ok(mask) => mask.is_zero() && !m.is_accepting().unwrap_or(false),
+            Err(_) => true,
+        };
+        if empty {
+            return Err(RuntimeError::Constraint(format!(
+                "{}: admits no text at all (no token can start it; a $ref cycle without a base \
+                 case does this)",
+                c.kind()
+            )));
         }
         Ok(TokenMatcher {
             m,
