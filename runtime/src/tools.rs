@@ -2,6 +2,12 @@
 //! Qwen2.5's and Hermes' chat templates write them): the functions a request offers and what it
 //! asks of them, the grammar that forces a call, and the parser that takes calls back out of the
 //! generated text, whole or piece by piece. Shared by the server's APIs and `cinder::Llm`.
+//!
+//! The parser also reads the whole-answer formats other families write: Llama 3.x's JSON call
+//! (`{"name": …, "parameters": {…}}`, bare or after `<|python_tag|>`, several joined by `;`) and
+//! Mistral's `[TOOL_CALLS]` list (`[TOOL_CALLS][{"name": …, "arguments": {…}}, …]`). Such an answer
+//! is a call only when every call in it names one of the request's functions; otherwise it stays
+//! text.
 
 use serde_json::{Value, json};
 
@@ -12,6 +18,8 @@ use crate::tokenizer::{ChatMessage, Tokenizer, template_has_tool_calls};
 pub const OPEN: &str = "<tool_call>";
 /// The tag that closes it.
 pub const CLOSE: &str = "</tool_call>";
+/// The markers that open a whole-answer call: Llama 3.x's and Mistral's.
+const ANSWER_MARKERS: &[&str] = &["<|python_tag|>", "[TOOL_CALLS]"];
 
 /// One function the model may call.
 #[derive(Debug, Clone)]
@@ -194,9 +202,10 @@ pub enum Piece {
 
 /// Splits streamed text into content and calls. Text that may be the start of `<tool_call>` is
 /// held back until it is known; a block that does not parse as a call stays content. An answer
-/// that is nothing but one call object (`{"name": …, "arguments": …}`, bare or in a ```json
-/// fence, as small models write them instead of the tags) is a call when it names one of
-/// `names`: such an answer is held back whole until the end.
+/// that is nothing but calls (one object `{"name": …, "arguments": …}` bare or in a ```json fence,
+/// as small models write them instead of the tags; a list of them; Llama 3.x's and Mistral's
+/// formats, see the module docs) is calls when each names one of `names`: such an answer is held
+/// back whole until the end.
 #[derive(Debug, Default)]
 pub struct Parser {
     buf: String,
@@ -207,9 +216,14 @@ pub struct Parser {
 }
 
 fn call_of(body: &str) -> Option<Call> {
-    let v: Value = serde_json::from_str(body.trim()).ok()?;
+    call_of_value(&serde_json::from_str(body.trim()).ok()?)
+}
+
+/// A call object: `name`, and its arguments as `arguments` (Hermes, Mistral, OpenAI) or
+/// `parameters` (Llama 3.x), an object or a JSON string.
+fn call_of_value(v: &Value) -> Option<Call> {
     let name = v.get("name")?.as_str()?.to_string();
-    let args = match v.get("arguments") {
+    let args = match v.get("arguments").or_else(|| v.get("parameters")) {
         Some(Value::String(s)) => s.clone(),
         Some(a @ Value::Object(_)) => a.to_string(),
         None | Some(Value::Null) => "{}".into(),
@@ -221,16 +235,34 @@ fn call_of(body: &str) -> Option<Call> {
     })
 }
 
-/// The call in `text` when all of it is one call object naming one of `names`.
-fn bare_call(text: &str, names: &[String]) -> Option<Call> {
-    let t = text.trim();
+/// The calls in `text` when all of it is calls naming functions of `names`: one call object
+/// (bare or in a ```json fence), a list of them, several joined by `;`, after a Llama 3.x or
+/// Mistral marker or none.
+fn bare_calls(text: &str, names: &[String]) -> Option<Vec<Call>> {
+    let mut t = text.trim();
+    if let Some(rest) = ANSWER_MARKERS.iter().find_map(|m| t.strip_prefix(m)) {
+        t = rest.trim();
+    }
     let t = t
         .strip_prefix("```json")
         .or_else(|| t.strip_prefix("```"))
         .and_then(|r| r.strip_suffix("```"))
-        .unwrap_or(t);
-    let c = call_of(t)?;
-    names.contains(&c.name).then_some(c)
+        .unwrap_or(t)
+        .trim();
+    let values: Vec<Value> = match serde_json::from_str::<Value>(t) {
+        Ok(Value::Array(items)) => items,
+        Ok(v) => vec![v],
+        // Llama 3.x may join calls with `;`
+        Err(_) => t
+            .split(';')
+            .map(|part| serde_json::from_str::<Value>(part.trim()).ok())
+            .collect::<Option<Vec<_>>>()?,
+    };
+    let calls: Vec<Call> = values
+        .iter()
+        .map(call_of_value)
+        .collect::<Option<Vec<_>>>()?;
+    (!calls.is_empty() && calls.iter().all(|c| names.contains(&c.name))).then_some(calls)
 }
 
 impl Parser {
@@ -246,9 +278,16 @@ impl Parser {
     pub fn feed(&mut self, text: &str) -> Vec<Piece> {
         self.buf.push_str(text);
         if !self.sent && !self.names.is_empty() {
-            // An answer that opens like a call object waits for the end.
+            // An answer that opens like a call object, a list of them or a family's call marker
+            // waits for the end.
             let t = self.buf.trim_start();
-            if t.is_empty() || t.starts_with('{') || "```".starts_with(t) || t.starts_with("```") {
+            let opens = |m: &str| m.starts_with(t) || t.starts_with(m);
+            if t.is_empty()
+                || t.starts_with('{')
+                || t.starts_with('[')
+                || opens("```")
+                || ANSWER_MARKERS.iter().any(|m| opens(m))
+            {
                 return Vec::new();
             }
         }
@@ -303,10 +342,10 @@ impl Parser {
     /// content (tagged calls in it parsed).
     pub fn finish(&mut self) -> Vec<Piece> {
         if !self.sent
-            && let Some(c) = bare_call(&self.buf, &self.names)
+            && let Some(calls) = bare_calls(&self.buf, &self.names)
         {
             self.buf.clear();
-            return vec![Piece::Call(c)];
+            return calls.into_iter().map(Piece::Call).collect();
         }
         let mut out = self.scan();
         let rest = std::mem::take(&mut self.buf);
@@ -362,6 +401,56 @@ mod tests {
         let mut p = Parser::new(names);
         assert_eq!(p.feed("Sure"), vec![Piece::Content("Sure".into())]);
         assert_eq!(p.feed(" {"), vec![Piece::Content(" {".into())]);
+    }
+
+    #[test]
+    fn llama3_and_mistral_answers_are_calls() {
+        let names = vec!["get_weather".to_string(), "get_time".to_string()];
+        let cases = [
+            // Llama 3.1/3.2 JSON tool calling: `parameters`, bare or after the python tag
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+            "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+            // Mistral: a list after [TOOL_CALLS]
+            "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]",
+        ];
+        for text in cases {
+            // whole, and fed in pieces at every split point
+            let (content, calls) = split(text, names.clone());
+            assert_eq!(content, None, "{text}");
+            assert_eq!(calls.len(), 1, "{text}");
+            assert_eq!(calls[0].name, "get_weather");
+            assert_eq!(calls[0].arguments, "{\"city\":\"Paris\"}");
+            for cut in (0..text.len()).filter(|&c| text.is_char_boundary(c)) {
+                let mut p = Parser::new(names.clone());
+                let mut out = p.feed(&text[..cut]);
+                out.extend(p.feed(&text[cut..]));
+                out.extend(p.finish());
+                assert_eq!(out, vec![Piece::Call(calls[0].clone())], "{text} cut {cut}");
+            }
+        }
+        // Several calls: a Mistral list, Llama's `;`.
+        for text in [
+            "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}, {\"name\": \"get_time\", \"arguments\": {\"city\": \"Oslo\"}}]",
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}; {\"name\": \"get_time\", \"parameters\": {\"city\": \"Oslo\"}}",
+        ] {
+            let (_, calls) = split(text, names.clone());
+            let got: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+            assert_eq!(got, ["get_weather", "get_time"], "{text}");
+        }
+        // An unknown function, broken JSON or text around a marker stay text.
+        for text in [
+            "[TOOL_CALLS][{\"name\": \"nope\", \"arguments\": {}}]",
+            "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\"",
+            "[1, 2, 3]",
+        ] {
+            let (content, calls) = split(text, names.clone());
+            assert!(calls.is_empty(), "{text}");
+            assert_eq!(content.as_deref(), Some(text));
+        }
+        // Without functions there is nothing to call: the marker is text.
+        let (content, calls) = split(cases[1], Vec::new());
+        assert!(calls.is_empty());
+        assert_eq!(content.as_deref(), Some(cases[1]));
     }
 
     #[test]
