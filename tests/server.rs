@@ -284,6 +284,23 @@ fn api_keys_are_required_when_configured() {
         .send()
         .expect("send");
     assert_eq!(r.status().as_u16(), 200);
+    // Anthropic's clients send the key as `x-api-key`.
+    for (key, status) in [("wrong", 401), ("sekret", 200)] {
+        let r = client()
+            .post(s.url("/v1/completions"))
+            .header("x-api-key", key)
+            .json(&body)
+            .send()
+            .expect("send");
+        assert_eq!(r.status().as_u16(), status, "x-api-key {key}");
+    }
+    // /tokenize is behind the key like the /v1 routes.
+    let r = client()
+        .post(s.url("/tokenize"))
+        .json(&json!({"content": "hi"}))
+        .send()
+        .expect("send");
+    assert_eq!(r.status().as_u16(), 401);
     // Health and metrics stay open for probes and scrapers.
     assert_eq!(
         client().get(s.url("/health")).send().expect("h").status(),

@@ -104,17 +104,20 @@ async fn observe(State(s): State<AppState>, req: HttpRequest, next: Next) -> Res
     resp
 }
 
-/// Bearer API keys on /v1 routes, when any are configured; refuses new work while draining.
+/// API keys on the API routes (bearer or `x-api-key`), when any are configured; refuses new work
+/// while draining.
 async fn auth(State(s): State<AppState>, req: HttpRequest, next: Next) -> Response {
     if s.draining.load(Ordering::SeqCst) {
         return ApiError::unavailable("the server is shutting down").into_response();
     }
     if !s.cfg.api_keys.is_empty() {
-        let given = req
-            .headers()
+        // `Authorization: Bearer KEY` (OpenAI's clients) or `x-api-key: KEY` (Anthropic's).
+        let headers = req.headers();
+        let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
+            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
             .map(str::trim);
         let ok = given.is_some_and(|g| s.cfg.api_keys.iter().any(|k| ct_eq(k, g)));
         if !ok {
