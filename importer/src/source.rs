@@ -315,12 +315,15 @@ pub(crate) struct Loaded<T> {
 /// # Examples
 ///
 /// ```no_run
+/// use cinder_backends::InferenceBackend;
 /// use cinder_importer::{Format, Source};
-/// let src = Source::open(std::path::Path::new("model.gguf"))?;
-/// assert_eq!(src.format(), Format::Gguf);
-/// println!("{} with {} parameters", src.info().arch, src.info().n_params);
-/// let model = src.build::<cinder_backends::types::Flex>(&Default::default())?;
-/// # Ok::<(), cinder_importer::ImportError>(())
+/// fn load<B: InferenceBackend>(device: &B::Device) -> cinder_importer::Result<()> {
+///     let src = Source::open(std::path::Path::new("model.gguf"))?;
+///     assert_eq!(src.format(), Format::Gguf);
+///     println!("{} with {} parameters", src.info().arch, src.info().n_params);
+///     let model = src.build::<B>(device)?;
+///     Ok(())
+/// }
 /// ```
 pub struct Source {
     pub(crate) config: ArchConfig,
@@ -360,9 +363,9 @@ impl Source {
                         format!("--arch {a} but the record is {}", src.info.arch),
                     ));
                 }
-                src
+                src.checked()?
             }
-            Format::HfCheckpoint => Self::hf(path, arch)?,
+            Format::HfCheckpoint => Self::hf(path, arch)?.checked()?,
             Format::SentenceTransformers | Format::Onnx => {
                 return Err(file_err(
                     path,
@@ -373,10 +376,21 @@ impl Source {
                 ));
             }
         };
-        src.tokenizer
-            .validate_against_model(src.config.vocab_size())
-            .map_err(|e| ImportError::TokenizerMismatch(e.to_string()))?;
         Ok(src)
+    }
+
+    /// Checks the tokenizer against the config's vocabulary (a GGUF file's is checked against
+    /// its embedding rows as it is read). A record's hashes are waited for first when it fails,
+    /// so a changed file is named as such.
+    fn checked(mut self) -> Result<Source> {
+        if let Err(e) = self
+            .tokenizer
+            .validate_against_model(self.config.vocab_size())
+        {
+            self.verify()?;
+            return Err(ImportError::TokenizerMismatch(e.to_string()));
+        }
+        Ok(self)
     }
 
     fn gguf(path: &Path, arch: Option<&str>) -> Result<Source> {
