@@ -1,6 +1,6 @@
 //! `cinder embed` and `cinder index` on the real binary and the real MiniLM models: output
-//! contracts, an index lifecycle (create, add, search, delete, reopen) and the bad inputs the issue
-//! names (empty text, wrong dimension or metric, corrupt index, mismatched model or tokenizer).
+//! contracts, an index lifecycle (create, add, search, delete, reopen) and the bad inputs users
+//! send (empty text, wrong dimension or metric, corrupt index, mismatched model or tokenizer).
 
 use std::process::{Command, Output};
 

@@ -1,7 +1,7 @@
 //! Greedy generation against llama.cpp's reference tokens and top-5 probabilities, on the real models.
 //!
 //! Both models are checked teacher-forced, with the noise llama.cpp itself has; SmolLM2 also keeps the
-//! issue's first-step bar (top-5 probabilities within 0.03) on the contiguous cache.
+//! first-step bar (top-5 probabilities within 0.03) on the contiguous cache.
 //!
 //! The reference was made with llama.cpp's flash-attention CPU path (node-llama-cpp's default; run on
 //! a machine of this kind, 2026-12-04, it reproduces the file exactly with flash attention and gives

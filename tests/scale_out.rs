@@ -369,7 +369,7 @@ fn sticky_sessions_stay_on_one_replica_and_hit_the_prefix_cache_more_than_round_
         sticky.hit_rate,
         rr.hit_rate
     );
-    // The bar (3x) holds for round-robin proper: one client, so each turn goes to the next
+    // The 3x bar holds for round-robin proper: one client, so each turn goes to the next
     // replica and only turn 4 finds an earlier turn (turn 1) of its session. Concurrent clients
     // make round-robin's placement effectively random; with 3 replicas and 4 turns a random
     // placement keeps about a third of the reuse, which bounds the ratio near 2.1x (docs/perf.md).
