@@ -128,16 +128,14 @@ impl Format {
             if crate::record::is_record(path) {
                 return Ok(Format::Record);
             }
-            let weights = path.join("model.safetensors").is_file()
-                || path.join("model.safetensors.index.json").is_file();
-            if weights && path.join("config.json").is_file() {
+            if crate::hf_llama::is_hf_checkpoint(path) {
                 return Ok(if declares_language_model(path)? {
                     Format::HfCheckpoint
                 } else {
                     Format::SentenceTransformers
                 });
             }
-            if weights {
+            if path.join("model.safetensors").is_file() {
                 // the embedding loader names the missing config.json
                 return Ok(Format::SentenceTransformers);
             }

@@ -42,10 +42,9 @@ fn read_text(path: &Path) -> Result<String> {
 }
 
 /// The weights file an embedding model path designates, `(weights, directory)`, by its
-/// [`Format`]: a sentence-transformers folder's `model.safetensors` (or the `.safetensors` file
+/// [`Format`] (detected once by the caller): a sentence-transformers folder's `model.safetensors` (or the `.safetensors` file
 /// named), or the ONNX graph named or alone in its folder.
-fn locate(path: &Path) -> Result<(PathBuf, PathBuf)> {
-    let format = Format::detect(path)?;
+fn locate(path: &Path, format: Format) -> Result<(PathBuf, PathBuf)> {
     let (weights, dir) = match (format, path.is_dir()) {
         (Format::SentenceTransformers, true) => {
             (path.join("model.safetensors"), path.to_path_buf())
@@ -87,18 +86,28 @@ pub fn load_embedder<B: InferenceBackend>(
     path: &Path,
     device: &B::Device,
 ) -> Result<SentenceEmbedder<B>> {
-    let (weights, dir) = locate(path)?;
+    let (weights, dir) = locate(path, Format::detect(path)?)?;
+    load_bert(name, &weights, &dir, device)
+}
+
+/// [`load_embedder`] from its located weights file and folder.
+fn load_bert<B: InferenceBackend>(
+    name: &str,
+    weights: &Path,
+    dir: &Path,
+    device: &B::Device,
+) -> Result<SentenceEmbedder<B>> {
     let is_onnx = weights
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
     let (config, tensors, prefix) = if is_onnx {
-        let (config, tensors) = onnx::read_onnx_bert(&weights)?;
+        let (config, tensors) = onnx::read_onnx_bert(weights)?;
         (config, tensors, String::new())
     } else {
         let cfg_path = dir.join("config.json");
         if !cfg_path.is_file() {
             return Err(file_err(
-                &dir,
+                dir,
                 "config.json is missing beside model.safetensors",
             ));
         }
@@ -107,11 +116,11 @@ pub fn load_embedder<B: InferenceBackend>(
             serde_json::from_str(&text).map_err(|e| file_err(&cfg_path, e.to_string()))?;
         if gemma::is_gemma3(&json) {
             return Err(file_err(
-                &dir,
+                dir,
                 "a Gemma 3 embedding model, not a BERT encoder: load it with load_text_embedder",
             ));
         }
-        if let Some(m) = gemma::modules(&dir)?
+        if let Some(m) = gemma::modules(dir)?
             .iter()
             .find(|m| !matches!(m.kind.as_str(), "Transformer" | "Pooling" | "Normalize"))
         {
@@ -124,10 +133,10 @@ pub fn load_embedder<B: InferenceBackend>(
         }
         let config =
             BertConfig::from_hf_json(&text).map_err(|e| file_err(&cfg_path, e.to_string()))?;
-        let tensors = safetensors::read_f32_tensors(&weights)?;
+        let tensors = safetensors::read_f32_tensors(weights)?;
         let prefix = bert_prefix(tensors.keys()).ok_or_else(|| {
             file_err(
-                &weights,
+                weights,
                 "no `embeddings.word_embeddings.weight` tensor: not a BERT checkpoint",
             )
         })?;
@@ -135,7 +144,7 @@ pub fn load_embedder<B: InferenceBackend>(
     };
     let tok_path = dir.join("tokenizer.json");
     if !tok_path.is_file() {
-        return Err(file_err(&dir, "tokenizer.json is missing beside the model"));
+        return Err(file_err(dir, "tokenizer.json is missing beside the model"));
     }
     let tokenizer = SentenceEmbedder::<B>::read_tokenizer(&tok_path)?;
     let pooling_path = dir.join("1_Pooling").join("config.json");
@@ -144,7 +153,7 @@ pub fn load_embedder<B: InferenceBackend>(
     } else {
         Pooling::Mean
     };
-    let max_tokens = sentence_max_tokens(&dir)?.unwrap_or(config.max_position_embeddings);
+    let max_tokens = sentence_max_tokens(dir)?.unwrap_or(config.max_position_embeddings);
     let mut src = NamedWeights::<B>::new(tensors, prefix, BERT_HF_NAMES, device.clone());
     let model = Bert::load(config, &mut src)?;
     let embedder =
@@ -182,8 +191,9 @@ pub fn load_text_embedder<B: InferenceBackend>(
     path: &Path,
     device: &B::Device,
 ) -> Result<Embedder<B>> {
-    if Format::detect(path)? != Format::Gguf {
-        let (weights, dir) = locate(path)?;
+    let format = Format::detect(path)?;
+    if format != Format::Gguf {
+        let (weights, dir) = locate(path, format)?;
         let cfg_path = dir.join("config.json");
         let is_st = weights
             .extension()
@@ -196,8 +206,8 @@ pub fn load_text_embedder<B: InferenceBackend>(
                 return Ok(Embedder::Gemma(Box::new(e)));
             }
         }
-        return Ok(Embedder::Sentence(Box::new(load_embedder(
-            name, path, device,
+        return Ok(Embedder::Sentence(Box::new(load_bert(
+            name, &weights, &dir, device,
         )?)));
     }
     let f = cinder_gguf::GgufFile::open(path)?;

@@ -89,6 +89,7 @@ impl PendingVerification {
 pub(crate) fn open(dir: &Path) -> Result<OpenedRecord> {
     let m = Manifest::read(dir)?;
     let pack_entry = m.file(pack::PACK)?.clone();
+    let pack_bytes = pack_entry.size;
     let small: Vec<FileDigest> = m
         .files
         .iter()
@@ -128,7 +129,7 @@ pub(crate) fn open(dir: &Path) -> Result<OpenedRecord> {
         format_version: Some(m.format_version),
         arch: m.architecture.clone(),
         name: m.name.clone(),
-        file_bytes: m.file(pack::PACK)?.size,
+        file_bytes: pack_bytes,
         n_params,
         type_histogram,
         tokenizer_model: format!("{:?}", tokenizer.kind).to_lowercase(),
