@@ -14,6 +14,7 @@ pub mod generate;
 pub mod kv;
 pub mod model;
 pub mod quant;
+pub mod reasoning;
 pub mod scheduler;
 
 pub use cinder_backends::InferenceBackend;

@@ -66,6 +66,27 @@ pub fn apply_chat_template_with_tools(
     tools: Option<&[serde_json::Value]>,
     add_generation_prompt: bool,
 ) -> Result<String> {
+    apply_chat_template_opts(tok, messages, tools, add_generation_prompt, None)
+}
+
+/// [`apply_chat_template_with_tools`] with `enable_thinking` passed to the template when given
+/// (Qwen3's templates close an empty `<think></think>` block for `false`, so the model answers
+/// without reasoning; templates that do not read it ignore it).
+///
+/// ```no_run
+/// # fn f(tok: &cinder_tokenizer::Tokenizer) -> cinder_runtime::Result<()> {
+/// use cinder_runtime::tokenizer::{ChatMessage, apply_chat_template_opts};
+/// let msgs = [ChatMessage::new("user", "2 + 2?")];
+/// let prompt = apply_chat_template_opts(tok, &msgs, None, true, Some(false))?;
+/// # Ok(()) }
+/// ```
+pub fn apply_chat_template_opts(
+    tok: &Tokenizer,
+    messages: &[ChatMessage],
+    tools: Option<&[serde_json::Value]>,
+    add_generation_prompt: bool,
+    enable_thinking: Option<bool>,
+) -> Result<String> {
     let template = match tok.chat_template.as_deref() {
         Some(t) => t,
         None => fallback_template(tok).ok_or_else(|| {
@@ -103,6 +124,8 @@ pub fn apply_chat_template_with_tools(
         add_generation_prompt => add_generation_prompt,
         bos_token => token_text(tok.bos_id),
         eos_token => token_text(tok.eos_id),
+        // undefined unless asked, so `enable_thinking is defined` reads false as in Python
+        enable_thinking => enable_thinking.map_or(minijinja::Value::UNDEFINED, minijinja::Value::from),
     })
     .map_err(|e| RuntimeError::Template(e.to_string()))
 }

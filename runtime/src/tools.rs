@@ -311,7 +311,9 @@ impl Parser {
                         return out;
                     };
                     let body = &self.buf[i + OPEN.len()..i + j];
-                    let piece = match call_of(body) {
+                    // A call of a function the request does not offer stays text.
+                    let known = |c: &Call| self.names.is_empty() || self.names.contains(&c.name);
+                    let piece = match call_of(body).filter(known) {
                         Some(c) => Piece::Call(c),
                         None => Piece::Content(self.buf[i..i + j + CLOSE.len()].to_string()),
                     };

@@ -94,6 +94,21 @@ impl ApiError {
         self
     }
 
+    /// The same error naming the field `to` where it named `from` (an API whose field for the
+    /// same setting has another name), in its message too.
+    pub fn renamed(mut self, from: &str, to: &str) -> Self {
+        if self.param.as_deref() == Some(from) {
+            self.param = Some(to.to_string());
+            self.message = self.message.replace(from, to);
+        }
+        self
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// The status.
     pub fn status(&self) -> StatusCode {
         self.status
@@ -144,6 +159,39 @@ impl ApiError {
             RuntimeError::EngineStopped => Self::unavailable("the engine has stopped"),
             other => Self::internal(&other.to_string()),
         }
+    }
+}
+
+impl ApiError {
+    /// The error in Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`), for the
+    /// Messages API: a full queue is `529 overloaded_error`, the field at fault leads the message.
+    pub fn into_anthropic(self) -> Response {
+        let (status, kind) = match self.status.as_u16() {
+            429 if self.code.as_deref() == Some("queue_full") => (
+                StatusCode::from_u16(529).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
+                "overloaded_error",
+            ),
+            400 | 422 => (self.status, "invalid_request_error"),
+            401 => (self.status, "authentication_error"),
+            403 => (self.status, "permission_error"),
+            404 => (self.status, "not_found_error"),
+            413 => (self.status, "request_too_large"),
+            429 => (self.status, "rate_limit_error"),
+            503 => (self.status, "overloaded_error"),
+            _ => (self.status, "api_error"),
+        };
+        let message = match &self.param {
+            Some(p) if !self.message.contains(p.as_str()) => format!("{p}: {}", self.message),
+            _ => self.message,
+        };
+        let body =
+            serde_json::json!({"type": "error", "error": {"type": kind, "message": message}});
+        let mut resp = (status, Json(body)).into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
+        resp
     }
 }
 

@@ -217,6 +217,7 @@ fn messages(state: AppState, stream: EventStream) -> GenStream {
                     reason,
                     text,
                     usage,
+                    ..
                 }) => {
                     state
                         .metrics

@@ -15,7 +15,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use cinder_runtime::engine::{EventStream, Request};
 use cinder_runtime::sampler::SamplingParams;
-use cinder_runtime::tokenizer::apply_chat_template_with_tools;
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -65,6 +64,11 @@ pub fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
+        .route("/v1/messages", post(crate::anthropic::messages))
+        .route(
+            "/v1/messages/count_tokens",
+            post(crate::anthropic::count_tokens),
+        )
         .route("/v1/embeddings", post(crate::embed::embeddings))
         .route("/v1/models", get(models))
         .route("/tokenize", post(crate::tokenize::tokenize))
@@ -87,6 +91,8 @@ async fn observe(State(s): State<AppState>, req: HttpRequest, next: Next) -> Res
     let endpoint = match path {
         "/v1/chat/completions"
         | "/v1/completions"
+        | "/v1/messages"
+        | "/v1/messages/count_tokens"
         | "/v1/embeddings"
         | "/v1/models"
         | "/tokenize"
@@ -107,8 +113,14 @@ async fn observe(State(s): State<AppState>, req: HttpRequest, next: Next) -> Res
 /// API keys on the API routes (bearer or `x-api-key`), when any are configured; refuses new work
 /// while draining.
 async fn auth(State(s): State<AppState>, req: HttpRequest, next: Next) -> Response {
+    // The Messages API answers in Anthropic's error shape.
+    let shape = if req.uri().path().starts_with("/v1/messages") {
+        ApiError::into_anthropic
+    } else {
+        <ApiError as IntoResponse>::into_response
+    };
     if s.draining.load(Ordering::SeqCst) {
-        return ApiError::unavailable("the server is shutting down").into_response();
+        return shape(ApiError::unavailable("the server is shutting down"));
     }
     if !s.cfg.api_keys.is_empty() {
         // `Authorization: Bearer KEY` (OpenAI's clients) or `x-api-key: KEY` (Anthropic's).
@@ -121,7 +133,7 @@ async fn auth(State(s): State<AppState>, req: HttpRequest, next: Next) -> Respon
             .map(str::trim);
         let ok = given.is_some_and(|g| s.cfg.api_keys.iter().any(|k| ct_eq(k, g)));
         if !ok {
-            return ApiError::unauthorized(given.is_none()).into_response();
+            return shape(ApiError::unauthorized(given.is_none()));
         }
     }
     next.run(req).await
@@ -210,9 +222,23 @@ async fn models(State(s): State<AppState>) -> Json<Value> {
     }))
 }
 
+/// 404 for a `model` that is not the served one.
+pub(crate) fn no_such_model(s: &AppState, m: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "invalid_request_error",
+        format!(
+            "the model {m:?} does not exist; this server serves {:?}",
+            s.cfg.model_name
+        ),
+    )
+    .code("model_not_found")
+    .param("model")
+}
+
 /// Turns the shared fields into an engine request for `prompt` (`field`: the request field that
 /// holds the prompt, named in errors).
-fn build_request(
+pub(crate) fn build_request(
     s: &AppState,
     prompt: Vec<u32>,
     c: &Common,
@@ -221,16 +247,7 @@ fn build_request(
     if let Some(m) = &c.model
         && m != &s.cfg.model_name
     {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!(
-                "the model {m:?} does not exist; this server serves {:?}",
-                s.cfg.model_name
-            ),
-        )
-        .code("model_not_found")
-        .param("model"));
+        return Err(no_such_model(s, m));
     }
     if c.n.is_some_and(|n| !(1..=MAX_CHOICES as i64).contains(&n)) {
         return Err(ApiError::bad_request(
@@ -357,41 +374,19 @@ async fn chat(
                 .map_err(|e| ApiError::bad_request(format!("messages[{i}]: {e}"), "messages"))?,
         );
     }
-    // The template's own tool syntax, or Cinder's instructions in a system message where a
-    // grammar forces the call anyway.
-    let shown = match &tools {
-        Some(t) => t
-            .prepare(&s.tok, &mut msgs)
-            .map_err(|m| ApiError::bad_request(m, "tool_choice"))?,
-        None => None,
-    };
-    let text = apply_chat_template_with_tools(&s.tok, &msgs, shown.as_deref(), true)
-        .map_err(|e| ApiError::bad_request(e.to_string(), "messages"))?;
-    let ids = s
-        .tok
-        .tokenize(&text, false, true)
-        .map_err(|e| ApiError::bad_request(e.to_string(), "messages"))?;
-    let mut r = build_request(&s, ids, &req.common, "messages")?;
+    let p = crate::turn::prepare(
+        &s,
+        msgs,
+        tools.as_ref(),
+        crate::turn::Render::default(),
+        &req.common,
+        "messages",
+    )?;
+    let mut r = p.request;
     r.logprobs = structured::chat_logprobs(&req.common)?;
-    if let Some(c) = tools.as_ref().and_then(|t| t.forced(&s.tok)) {
-        if r.constraint.is_some() {
-            return Err(ApiError::bad_request(
-                "a required tool call cannot be combined with response_format or a guided constraint",
-                "tool_choice",
-            ));
-        }
-        r.constraint = Some(structured::compile_raw(&s, &c).map_err(|e| match e {
-            Ok(bad) => ApiError::bad_request(bad, "tools"),
-            Err(internal) => ApiError::internal(&internal),
-        })?);
-    }
     let streams = submit_choices(&s, r, &req.common, "messages").await?;
     let id = format!("chatcmpl-{}", streams[0].id());
-    let parse = tools
-        .as_ref()
-        .filter(|t| t.parses())
-        .map(|t| t.functions.iter().map(|f| f.name.clone()).collect());
-    respond(s, streams, id, Kind::Chat, &req.common, parse).await
+    respond(s, streams, id, Kind::Chat, &req.common, p.parse).await
 }
 
 async fn completions(

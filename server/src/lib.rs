@@ -6,6 +6,7 @@
 //! holds an [`EngineHandle`] and the tokenizer: it is independent of the backend the engine runs on.
 #![warn(missing_docs)]
 
+pub mod anthropic;
 pub mod embed;
 mod error;
 pub mod grpc;
@@ -16,6 +17,7 @@ mod respond;
 pub mod structured;
 pub mod tokenize;
 pub mod tools;
+mod turn;
 
 use std::future::Future;
 use std::net::SocketAddr;

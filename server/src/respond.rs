@@ -37,20 +37,20 @@ pub fn finish_reason(r: FinishReason) -> &'static str {
 }
 
 /// Latency bookkeeping for one stream.
-struct Clock {
+pub(crate) struct Clock {
     start: Instant,
     last: Option<Instant>,
 }
 
 impl Clock {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             start: Instant::now(),
             last: None,
         }
     }
 
-    fn tick(&mut self, s: &AppState) {
+    pub(crate) fn tick(&mut self, s: &AppState) {
         let now = Instant::now();
         match self.last {
             None => s.metrics.ttft.observe((now - self.start).as_secs_f64()),
@@ -60,7 +60,7 @@ impl Clock {
     }
 }
 
-fn count_usage(s: &AppState, u: &cinder_runtime::engine::Usage) {
+pub(crate) fn count_usage(s: &AppState, u: &cinder_runtime::engine::Usage) {
     s.metrics
         .prompt_tokens
         .fetch_add(u.prompt_tokens as u64, Ordering::Relaxed);
@@ -77,7 +77,7 @@ fn add_usage(total: &mut Option<cinder_runtime::engine::Usage>, u: cinder_runtim
     }
 }
 
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -116,6 +116,7 @@ async fn collect(s: AppState, mut stream: EventStream) -> Result<Collected, ApiE
                 reason,
                 text: t,
                 usage,
+                ..
             }) => {
                 text.push_str(&t);
                 count_usage(&s, &usage);
@@ -432,6 +433,7 @@ fn sse(
                         reason,
                         text,
                         usage,
+                        ..
                     },
                 )) => st.on_finish(i, reason, &text, usage),
                 None => {

@@ -449,6 +449,7 @@ impl Collector {
                 reason,
                 text,
                 usage,
+                ..
             } => {
                 if !matches!(
                     reason,

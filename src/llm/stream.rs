@@ -30,6 +30,7 @@ impl State {
                 reason,
                 text,
                 usage,
+                ..
             } => {
                 self.done = true;
                 self.finish = Some(reason);

@@ -138,6 +138,16 @@ pub fn primary_backend() -> BackendKind {
 /// (`$CINDER_HOME/python/openai-3.57.0`) as the catalog installs models: pinned, reused across runs.
 /// Returns the directory to put on `PYTHONPATH`.
 pub fn openai_python_site() -> PathBuf {
+    python_package_site("openai", "3.57.0")
+}
+
+/// The official Anthropic Python client, pinned, as [`openai_python_site`] installs OpenAI's.
+pub fn anthropic_python_site() -> PathBuf {
+    python_package_site("anthropic", "2.17.0")
+}
+
+/// `PACKAGE==VERSION` installed by pip into `$CINDER_HOME/python/PACKAGE-VERSION` once.
+fn python_package_site(package: &str, version: &str) -> PathBuf {
     let home = std::env::var("CINDER_HOME").map_or_else(
         |_| {
             PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| ".".into()))
@@ -145,8 +155,8 @@ pub fn openai_python_site() -> PathBuf {
         },
         PathBuf::from,
     );
-    let site = home.join("python/openai-3.57.0");
-    if !site.join("openai").exists() {
+    let site = home.join(format!("python/{package}-{version}"));
+    if !site.join(package).exists() {
         let st = std::process::Command::new("python3")
             .args([
                 "-m",
@@ -157,10 +167,10 @@ pub fn openai_python_site() -> PathBuf {
                 "--target",
             ])
             .arg(&site)
-            .arg("openai==3.57.0")
+            .arg(format!("{package}=={version}"))
             .status()
             .expect("python3 -m pip runs (the model catalog needs it too)");
-        assert!(st.success(), "pip could not install the openai client");
+        assert!(st.success(), "pip could not install {package}=={version}");
     }
     site
 }
@@ -175,4 +185,37 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     let na: f64 = a.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     let nb: f64 = b.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
     dot / (na * nb)
+}
+
+/// A model's own near-tie: its top two within 0.03 in probability or 0.2 in logit.
+pub const NEAR_TIE: (f32, f32) = (0.03, 0.2);
+
+/// Checks that `tok` is the greedy pick of the logits `row` or within the row's own near-tie
+/// `tie` of it (`.0` in probability, `.1` in logit): a token whose probability is that close to
+/// the top one's may be taken first by arithmetic that rounds differently, whether it ranks
+/// second or third (a three-way near-tie). Returns the top token and both probabilities on a
+/// miss, for the caller's message; `Ok(None)` where `tok` is the top pick.
+pub fn near_tie_pick(
+    row: &[f32],
+    tok: usize,
+    tie: (f32, f32),
+) -> Result<Option<(usize, f32, f32)>, String> {
+    let top = row
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(0, |(i, _)| i);
+    if top == tok {
+        return Ok(None);
+    }
+    let max = row[top];
+    let z: f32 = row.iter().map(|l| (l - max).exp()).sum();
+    let (p_top, p_tok) = (1.0 / z, (row[tok] - max).exp() / z);
+    if p_top - p_tok <= tie.0 || max - row[tok] <= tie.1 {
+        Ok(Some((top, p_top, p_tok)))
+    } else {
+        Err(format!(
+            "took {tok} (p {p_tok:.4}) where the model picks {top} (p {p_top:.4}): not a near-tie"
+        ))
+    }
 }

@@ -91,13 +91,17 @@ impl Server {
     /// Runs `tests/clients/SCRIPT BASE_URL ARGS...` with the official OpenAI Python client on its
     /// path ([`crate::common::openai_python_site`]) and returns the one JSON line it prints.
     pub fn python_client(&self, script: &str, args: &[&str]) -> Value {
-        let site = super::openai_python_site();
+        self.python_client_on(&super::openai_python_site(), script, args)
+    }
+
+    /// [`Server::python_client`] with the Python packages of `site` (another client's) on the path.
+    pub fn python_client_on(&self, site: &std::path::Path, script: &str, args: &[&str]) -> Value {
         let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
         let out = Command::new("python3")
             .arg(path)
             .arg(&self.http)
             .args(args)
-            .env("PYTHONPATH", &site)
+            .env("PYTHONPATH", site)
             .output()
             .expect("python3 runs");
         assert!(

@@ -24,6 +24,8 @@ pub(crate) struct StopMatcher {
     stops: Vec<String>,
     pending: String,
     done: bool,
+    /// index in `stops` of the string found
+    hit: Option<usize>,
 }
 
 impl StopMatcher {
@@ -32,6 +34,7 @@ impl StopMatcher {
             stops: stops.iter().filter(|s| !s.is_empty()).cloned().collect(),
             pending: String::new(),
             done: false,
+            hit: None,
         }
     }
 
@@ -41,12 +44,19 @@ impl StopMatcher {
             return (String::new(), true);
         }
         self.pending.push_str(piece);
-        if let Some(pos) = self
+        // The earliest match; of two at one place, the longer (it holds the other).
+        if let Some((pos, _, k)) = self
             .stops
             .iter()
-            .filter_map(|s| self.pending.find(s.as_str()))
+            .enumerate()
+            .filter_map(|(k, s)| {
+                self.pending
+                    .find(s.as_str())
+                    .map(|p| (p, usize::MAX - s.len(), k))
+            })
             .min()
         {
+            self.hit = Some(k);
             let emit = self.pending[..pos].to_string();
             self.pending.clear();
             self.done = true;
@@ -65,6 +75,11 @@ impl StopMatcher {
         let emit = self.pending[..cut].to_string();
         self.pending.drain(..cut);
         (emit, false)
+    }
+
+    /// The stop string found, once one is.
+    pub(crate) fn matched(&self) -> Option<&str> {
+        self.hit.map(|k| self.stops[k].as_str())
     }
 
     pub(crate) fn finish(&mut self) -> String {

@@ -377,6 +377,7 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
                 completion_tokens: l.generated,
                 cached_tokens: cached,
             },
+            stop: l.stops.matched().map(str::to_string),
         });
     }
 

@@ -84,6 +84,8 @@ pub enum Event {
         text: String,
         /// token counts
         usage: Usage,
+        /// the stop string that ended it (`reason` [`FinishReason::Stop`] from `stop_strings`)
+        stop: Option<String>,
     },
 }
 

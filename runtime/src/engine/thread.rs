@@ -274,6 +274,7 @@ fn run_loop<B: InferenceBackend, M: CausalLm<B> + Sync + ?Sized>(
                     reason: FinishReason::Cancelled,
                     text: String::new(),
                     usage: Usage::default(),
+                    stop: None,
                 });
             }
             core.end_all(FinishReason::Cancelled);
