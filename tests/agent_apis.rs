@@ -230,3 +230,120 @@ fn the_messages_api_refuses_in_anthropics_shape() {
     }
     assert!(ok >= 1 && busy >= 1, "ok {ok}, overloaded {busy}");
 }
+
+#[test]
+fn the_openai_client_talks_to_the_responses_api() {
+    let s = Server::start(&["--no-grpc"]);
+    let v = s.python_client("openai_responses.py", &[MODEL]);
+    eprintln!("{v:#}");
+    let first = &v["first"];
+    assert!(
+        first["id"].as_str().is_some_and(|i| i.starts_with("resp_")),
+        "{v}"
+    );
+    assert_eq!(first["object"], "response");
+    assert!(
+        first["status"] == "completed" || first["status"] == "incomplete",
+        "{v}"
+    );
+    assert_eq!(first["items"], json!(["message"]), "{v}");
+    let text = first["text"].as_str().unwrap_or("");
+    assert!(!text.trim().is_empty(), "{v}");
+    let u = &first["usage"];
+    assert_eq!(
+        u["total_tokens"].as_u64(),
+        Some(u["input_tokens"].as_u64().unwrap_or(0) + u["output_tokens"].as_u64().unwrap_or(0))
+    );
+
+    let st = &v["stream"];
+    assert_eq!(st["joined"], st["final"], "{v}");
+    assert_eq!(st["helper"], st["final"], "{v}");
+    let events: Vec<&str> = st["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        &events[..3],
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added"
+        ],
+        "{events:?}"
+    );
+    for e in [
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.output_item.done",
+    ] {
+        assert!(events.contains(&e), "{e}: {events:?}");
+    }
+    assert!(
+        events
+            .last()
+            .is_some_and(|e| *e == "response.completed" || *e == "response.incomplete"),
+        "{events:?}"
+    );
+
+    // previous_response_id continues the conversation: the same prompt as sending it whole
+    let f = &v["follow_up"];
+    assert_eq!(f["previous"], first["id"], "{v}");
+    assert_eq!(f["input_tokens"], f["whole_input_tokens"], "{v}");
+    assert!(
+        f["input_tokens"].as_u64() > u["input_tokens"].as_u64(),
+        "{v}"
+    );
+
+    assert_eq!(v["retrieve"]["id"], first["id"], "{v}");
+    assert_eq!(v["retrieve"]["text"], first["text"], "{v}");
+    assert_eq!(v["deleted"], true, "{v}");
+    for key in ["after_delete", "follow_deleted", "unstored"] {
+        assert_eq!(v[key]["status"], 404, "{key}: {v}");
+    }
+
+    for key in ["call", "stream_call"] {
+        let c = &v[key];
+        assert_eq!(c["n"], 1, "{key}: {v}");
+        assert_eq!(c["name"], "get_weather", "{key}: {v}");
+        assert!(
+            c["arguments"]["city"]
+                .as_str()
+                .is_some_and(|c| !c.is_empty() && c.len() <= 30),
+            "{key}: {v}"
+        );
+        assert!(
+            c["call_id"]
+                .as_str()
+                .is_some_and(|i| i.starts_with("call_")),
+            "{key}: {v}"
+        );
+        let a = &v[format!("{key}_answer")];
+        assert_eq!(a["items"], json!(["message"]), "{key}: {v}");
+        assert!(
+            !a["text"].as_str().unwrap_or("").trim().is_empty(),
+            "{key}: {v}"
+        );
+    }
+    assert!(v["stream_call"]["arg_deltas"].as_u64() >= Some(1), "{v}");
+
+    let j: Value = serde_json::from_str(v["json"].as_str().unwrap_or("")).expect("JSON answer");
+    assert!(j["city"].as_str().is_some_and(|c| c.len() <= 20), "{j}");
+    assert!(j["country"].as_str().is_some_and(|c| c.len() <= 20), "{j}");
+
+    let e = &v["errors"];
+    for (name, status, param) in [
+        ("image", 400, "input"),
+        ("bad_model", 404, "model"),
+        ("unknown_previous", 404, "previous_response_id"),
+        ("cycle", 400, "text.format"),
+        ("unknown_tool", 400, "tool_choice"),
+        ("web_search", 400, "tools"),
+        ("max_output_tokens", 400, "max_output_tokens"),
+    ] {
+        assert_eq!(e[name]["status"], status, "{name}: {e}");
+        assert_eq!(e[name]["param"], param, "{name}: {e}");
+    }
+}

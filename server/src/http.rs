@@ -65,6 +65,11 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(completions))
         .route("/v1/messages", post(crate::anthropic::messages))
+        .route("/v1/responses", post(crate::responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(crate::responses::get).delete(crate::responses::delete),
+        )
         .route(
             "/v1/messages/count_tokens",
             post(crate::anthropic::count_tokens),
@@ -99,7 +104,9 @@ async fn observe(State(s): State<AppState>, req: HttpRequest, next: Next) -> Res
         | "/detokenize"
         | "/health"
         | "/ready"
-        | "/metrics" => path.to_string(),
+        | "/metrics"
+        | "/v1/responses" => path.to_string(),
+        p if p.starts_with("/v1/responses/") => "/v1/responses/{id}".to_string(),
         _ => "other".to_string(),
     };
     let mut resp = next.run(req).await;

@@ -14,6 +14,8 @@ pub mod http;
 pub mod metrics;
 pub mod openai;
 mod respond;
+pub mod responses;
+pub mod store;
 pub mod structured;
 pub mod tokenize;
 pub mod tools;
@@ -43,10 +45,15 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// This replica's name (`X-Cinder-Replica` header, metrics).
     pub replica_id: String,
+    /// Most responses the Responses API keeps for `GET` and `previous_response_id` (0: none).
+    pub responses_store: usize,
+    /// How long a stored response is kept.
+    pub responses_retention: Duration,
 }
 
 impl ServerConfig {
-    /// Defaults for `model_name`: no keys, 10-minute deadline, 2 MiB bodies, replica = hostname.
+    /// Defaults for `model_name`: no keys, 10-minute deadline, 2 MiB bodies, replica = hostname,
+    /// 1,000 stored responses kept for an hour.
     pub fn new(model_name: impl Into<String>) -> Self {
         Self {
             model_name: model_name.into(),
@@ -54,6 +61,8 @@ impl ServerConfig {
             request_timeout: Duration::from_secs(600),
             max_body_bytes: 2 << 20,
             replica_id: hostname(),
+            responses_store: 1000,
+            responses_retention: Duration::from_secs(3600),
         }
     }
 }
@@ -80,6 +89,8 @@ pub struct Inner {
     embedder: Option<Arc<embed::EmbeddingService>>,
     /// The grammar compiler of the served vocabulary, built by the first constrained request.
     grammars: std::sync::OnceLock<Result<cinder_runtime::constraint::Grammars, String>>,
+    /// The Responses API's past responses.
+    responses: store::ResponseStore,
 }
 
 /// The handlers' state (cheap to clone).
@@ -100,7 +111,9 @@ pub fn state_with_embedder(
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    let responses = store::ResponseStore::new(cfg.responses_store, cfg.responses_retention);
     Arc::new(Inner {
+        responses,
         engine,
         tok,
         cfg,

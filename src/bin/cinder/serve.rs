@@ -53,6 +53,13 @@ pub struct ServeArgs {
     /// Embedding requests that may wait behind the running one before new ones get 429.
     #[arg(long, default_value_t = 16)]
     pub embedding_queue: usize,
+    /// Most responses the Responses API keeps for `GET /v1/responses/{id}` and
+    /// `previous_response_id` (0: none; the oldest goes first).
+    #[arg(long, default_value_t = 1000)]
+    pub responses_store: usize,
+    /// Seconds a stored response is kept.
+    #[arg(long, default_value_t = 3600)]
+    pub responses_retention: u64,
     #[command(flatten)]
     pub engine: EngineFlags,
 }
@@ -95,6 +102,8 @@ impl BackendTask for ServeTask {
         }
         cfg.request_timeout = Duration::from_secs_f64(a.request_timeout);
         cfg.max_body_bytes = a.max_body_bytes;
+        cfg.responses_store = a.responses_store;
+        cfg.responses_retention = Duration::from_secs(a.responses_retention);
         if let Some(r) = &a.replica_id {
             cfg.replica_id = r.clone();
         }
