@@ -40,12 +40,10 @@ impl ChatMessage {
 }
 
 /// Whether the model's chat template renders `tools` (the variable Hugging Face templates read)
-/// and writes Hermes-style calls (`<tool_call>{"name", "arguments"}</tool_call>`, as Qwen2.5's and
-/// Hermes' templates do): the syntax Cinder parses back into calls.
+/// and writes calls in a syntax Cinder parses back ([`crate::tools::ToolFormat`]: Hermes tags,
+/// Llama 3.x JSON, Mistral `[TOOL_CALLS]`).
 pub fn template_has_tool_calls(tok: &Tokenizer) -> bool {
-    tok.chat_template
-        .as_deref()
-        .is_some_and(|t| t.contains("tools") && t.contains("<tool_call>"))
+    crate::tools::ToolFormat::of(tok).is_some()
 }
 
 /// Renders `messages` with the model's Jinja chat template (as the GGUF's `tokenizer.chat_template`
@@ -97,6 +95,17 @@ pub fn apply_chat_template_opts(
             )
         })?,
     };
+    // Mistral's templates refuse call ids that are not 9 characters: give them 9-character ids
+    // derived from the client's (the same id always maps to the same one).
+    let remapped;
+    let messages = if crate::tools::ToolFormat::of_template(template)
+        == Some(crate::tools::ToolFormat::Mistral)
+    {
+        remapped = messages.iter().map(nine_char_ids).collect::<Vec<_>>();
+        &remapped[..]
+    } else {
+        messages
+    };
     let mut env = minijinja::Environment::new();
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function(
@@ -128,6 +137,38 @@ pub fn apply_chat_template_opts(
         enable_thinking => enable_thinking.map_or(minijinja::Value::UNDEFINED, minijinja::Value::from),
     })
     .map_err(|e| RuntimeError::Template(e.to_string()))
+}
+
+/// `m` with each call id (and a tool message's `tool_call_id`) as 9 letters and digits: kept where
+/// it is already, else derived from its FNV-1a hash.
+fn nine_char_ids(m: &ChatMessage) -> ChatMessage {
+    fn nine(id: &str) -> String {
+        if id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return id.to_string();
+        }
+        const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in id.bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+        (0..9)
+            .map(|_| {
+                let c = DIGITS[(h % 62) as usize] as char;
+                h /= 62;
+                c
+            })
+            .collect()
+    }
+    let mut m = m.clone();
+    if let Some(calls) = &mut m.tool_calls {
+        for c in calls {
+            if let Some(id) = c.get("id").and_then(|v| v.as_str()).map(nine) {
+                c["id"] = serde_json::Value::String(id);
+            }
+        }
+    }
+    m.tool_call_id = m.tool_call_id.as_deref().map(nine);
+    m
 }
 
 /// Jinja's `tojson` as Hugging Face's chat templates run it (Python's `json.dumps` with

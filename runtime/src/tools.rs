@@ -21,6 +21,72 @@ pub const CLOSE: &str = "</tool_call>";
 /// The markers that open a whole-answer call: Llama 3.x's and Mistral's.
 const ANSWER_MARKERS: &[&str] = &["<|python_tag|>", "[TOOL_CALLS]"];
 
+/// How a model family writes its calls, as its chat template shows them (the template renders
+/// past calls the way the model was trained to write them, so the same syntax is forced and
+/// parsed back):
+/// - [`ToolFormat::Hermes`]: `<tool_call>{"name", "arguments"}</tool_call>` (Qwen2.5, Qwen3,
+///   QwQ, Hermes);
+/// - [`ToolFormat::Llama3`]: a bare `{"name", "parameters"}` object (Llama 3.1–3.3 JSON tool
+///   calling);
+/// - [`ToolFormat::Mistral`]: `[TOOL_CALLS][{"name", "arguments"}, …]` (Mistral's templates up to
+///   tokenizer v7: Mistral-Nemo, Mistral-Small 3.1);
+/// - [`ToolFormat::MistralArgs`]: `[TOOL_CALLS]name[ARGS]{…}` per call (tokenizer v11 and
+///   later: Devstral, Mistral-Small 3.2, Magistral).
+///
+/// A template with none of these has no tool syntax: calls can then only be forced, shown to the
+/// model by [`Tools::system_prompt`] in the Hermes format.
+///
+/// ```
+/// use cinder_runtime::tools::ToolFormat;
+/// let t = "{% for m in messages %}{% if m.tool_calls %}[TOOL_CALLS][...]{% endif %}{% endfor %}{{ tools }}";
+/// assert_eq!(ToolFormat::of_template(t), Some(ToolFormat::Mistral));
+/// assert_eq!(ToolFormat::of_template("{{ messages }}"), None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ToolFormat {
+    /// Hermes tags around `{"name", "arguments"}`
+    Hermes,
+    /// Llama 3.x: `{"name", "parameters"}`
+    Llama3,
+    /// Mistral: `[TOOL_CALLS]` and a list of `{"name", "arguments"}`
+    Mistral,
+    /// Mistral v11: `[TOOL_CALLS]name[ARGS]{arguments}` per call
+    MistralArgs,
+}
+
+impl ToolFormat {
+    /// The format of a chat template's source; `None` when it renders no tools.
+    pub fn of_template(t: &str) -> Option<Self> {
+        if !t.contains("tools") {
+            return None;
+        }
+        if t.contains(OPEN) {
+            Some(Self::Hermes)
+        } else if t.contains("[TOOL_CALLS]") && t.contains("[ARGS]") {
+            Some(Self::MistralArgs)
+        } else if t.contains("[TOOL_CALLS]") {
+            Some(Self::Mistral)
+        } else if t.contains("<|start_header_id|>") && t.contains("\"parameters\"") {
+            Some(Self::Llama3)
+        } else {
+            None
+        }
+    }
+
+    /// The format of `tok`'s chat template.
+    pub fn of(tok: &Tokenizer) -> Option<Self> {
+        Self::of_template(tok.chat_template.as_deref()?)
+    }
+
+    /// The key of a call's arguments.
+    fn arguments_key(self) -> &'static str {
+        match self {
+            Self::Llama3 => "parameters",
+            Self::Hermes | Self::Mistral | Self::MistralArgs => "arguments",
+        }
+    }
+}
+
 /// One function the model may call.
 #[derive(Debug, Clone)]
 pub struct Function {
@@ -68,34 +134,19 @@ impl Tools {
         self.choice != Choice::None
     }
 
-    /// The grammar that forces a call (`required` or a named function): the Hermes tags around
-    /// `{"name": …, "arguments": …}` valid under the function's parameters; several calls when
-    /// parallel calls are allowed and any function may be called. `None` for `auto` and `none`.
+    /// The grammar that forces a call (`required` or a named function) in the model's
+    /// [`ToolFormat`] (Hermes for templates without one): `{"name": …, "arguments": …}` (Llama:
+    /// `"parameters"`) valid under the function's parameters; several calls when parallel calls are
+    /// allowed, any function may be called and the format has a way to write several (Llama 3.x's
+    /// templates take one). `None` for `auto` and `none`.
     pub fn forced(&self, tok: &Tokenizer) -> Option<Constraint> {
+        let format = ToolFormat::of(tok).unwrap_or(ToolFormat::Hermes);
+        let args = format.arguments_key();
         let targets: Vec<&Function> = match &self.choice {
             Choice::Required => self.functions.iter().collect(),
             Choice::Named(n) => self.functions.iter().filter(|f| &f.name == n).collect(),
             Choice::None | Choice::Auto => return None,
         };
-        let calls: Vec<Value> = targets
-            .iter()
-            .map(|f| {
-                json!({
-                    "type": "object",
-                    "properties": {"name": {"const": f.name}, "arguments": f.parameters},
-                    "required": ["name", "arguments"],
-                    "additionalProperties": false
-                })
-            })
-            .collect();
-        let mut schema = if calls.len() == 1 {
-            calls[0].clone()
-        } else {
-            json!({"anyOf": calls})
-        };
-        if let (Some(o), Ok(layout)) = (schema.as_object_mut(), json_layout()) {
-            o.insert("x-guidance".into(), layout);
-        }
         // A tag that is a control token of the vocabulary is named as one (`<tool_call>`);
         // otherwise it is text.
         let tag = |t: &str| match tok.token_id(t) {
@@ -103,11 +154,71 @@ impl Tools {
             _ => format!("{t:?}"),
         };
         let many = self.parallel && self.choice == Choice::Required;
-        let call = format!("{} \"\\n\" json_call \"\\n\" {}", tag(OPEN), tag(CLOSE));
-        let start = if many {
-            "start: call (\"\\n\" call)*"
+        let with_layout = |mut schema: Value| {
+            if let (Some(o), Ok(layout)) = (schema.as_object_mut(), json_layout()) {
+                o.insert("x-guidance".into(), layout);
+            }
+            schema
+        };
+        if format == ToolFormat::MistralArgs {
+            // `[TOOL_CALLS]name[ARGS]{…}`: one rule per function, its arguments under its schema.
+            let mut rules = String::new();
+            let mut alts = Vec::with_capacity(targets.len());
+            for (i, f) in targets.iter().enumerate() {
+                let params = with_layout(f.parameters.clone());
+                rules.push_str(&format!(
+                    "c{i}: {} {:?} {} %json {params}\n",
+                    tag("[TOOL_CALLS]"),
+                    f.name,
+                    tag("[ARGS]")
+                ));
+                alts.push(format!("c{i}"));
+            }
+            let start = if many { "start: call+" } else { "start: call" };
+            return Some(Constraint::Lark(format!(
+                "{start}\ncall: {}\n{rules}",
+                alts.join(" | ")
+            )));
+        }
+        let calls: Vec<Value> = targets
+            .iter()
+            .map(|f| {
+                let mut props = json!({"name": {"const": f.name}, args: f.parameters});
+                // Mistral's templates write each call's 9-character id after its arguments.
+                if format == ToolFormat::Mistral {
+                    props["id"] = json!({"type": "string", "pattern": "^[a-zA-Z0-9]{9}$"});
+                }
+                json!({
+                    "type": "object",
+                    "properties": props,
+                    "required": ["name", args],
+                    "additionalProperties": false
+                })
+            })
+            .collect();
+        let schema = with_layout(if calls.len() == 1 {
+            calls[0].clone()
         } else {
-            "start: call"
+            json!({"anyOf": calls})
+        });
+        let (start, call) = match format {
+            ToolFormat::Hermes => (
+                if many {
+                    "start: call (\"\\n\" call)*".to_string()
+                } else {
+                    "start: call".to_string()
+                },
+                format!("{} \"\\n\" json_call \"\\n\" {}", tag(OPEN), tag(CLOSE)),
+            ),
+            ToolFormat::Llama3 => ("start: call".to_string(), "json_call".to_string()),
+            ToolFormat::Mistral | ToolFormat::MistralArgs => (
+                format!(
+                    "start: {} \"[\" call {}\"]\"",
+                    tag("[TOOL_CALLS]"),
+                    if many { "(\", \" call)* " } else { "" }
+                ),
+                "json_call".to_string(),
+            ),
         };
         Some(Constraint::Lark(format!(
             "{start}\ncall: {call}\njson_call: %json {schema}\n"
@@ -240,6 +351,23 @@ fn call_of_value(v: &Value) -> Option<Call> {
 /// Mistral marker or none.
 fn bare_calls(text: &str, names: &[String]) -> Option<Vec<Call>> {
     let mut t = text.trim();
+    // Mistral v11: `[TOOL_CALLS]name[ARGS]{…}`, once per call
+    if t.starts_with("[TOOL_CALLS]") && t.contains("[ARGS]") {
+        let calls: Vec<Call> = t
+            .split("[TOOL_CALLS]")
+            .filter(|p| !p.trim().is_empty())
+            .map(|p| {
+                let (name, args) = p.split_once("[ARGS]")?;
+                let args: Value = serde_json::from_str(args.trim()).ok()?;
+                args.is_object().then(|| Call {
+                    name: name.trim().to_string(),
+                    arguments: args.to_string(),
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        return (!calls.is_empty() && calls.iter().all(|c| names.contains(&c.name)))
+            .then_some(calls);
+    }
     if let Some(rest) = ANSWER_MARKERS.iter().find_map(|m| t.strip_prefix(m)) {
         t = rest.trim();
     }
@@ -434,6 +562,8 @@ mod tests {
         for text in [
             "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}, {\"name\": \"get_time\", \"arguments\": {\"city\": \"Oslo\"}}]",
             "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}; {\"name\": \"get_time\", \"parameters\": {\"city\": \"Oslo\"}}",
+            // Mistral v11: `[TOOL_CALLS]name[ARGS]{…}` per call
+            "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]get_time[ARGS]{\"city\": \"Oslo\"}",
         ] {
             let (_, calls) = split(text, names.clone());
             let got: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
@@ -442,6 +572,8 @@ mod tests {
         // An unknown function, broken JSON or text around a marker stay text.
         for text in [
             "[TOOL_CALLS][{\"name\": \"nope\", \"arguments\": {}}]",
+            "[TOOL_CALLS]nope[ARGS]{}",
+            "[TOOL_CALLS]get_weather[ARGS]{\"city\": ",
             "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\"",
             "[1, 2, 3]",
         ] {
