@@ -347,3 +347,103 @@ fn the_openai_client_talks_to_the_responses_api() {
         assert_eq!(e[name]["param"], param, "{name}: {e}");
     }
 }
+
+/// SmolLM2 served with Qwen3's chat template (`--chat-template-file`, the real template; SmolLM2
+/// has its ChatML tokens): an answer that opens with a `<think>` block — forced here by a regular
+/// expression, since SmolLM2 does not write one itself — comes back split into reasoning and
+/// answer in every API, whole and streamed; `enable_thinking: false` reaches the template (the
+/// prompt closes an empty block, so it is longer).
+#[test]
+fn reasoning_is_split_out_in_every_api() {
+    let template = format!(
+        "{}/tests/data/templates/Qwen-Qwen3-0.6B.jinja",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let s = Server::start(&["--no-grpc", "--chat-template-file", &template]);
+    let regex = "<think>\nThe user greets me\\.\n</think>\n\nHello there\\.";
+    let (thought, answer) = ("The user greets me.", "Hello there.");
+    let hi = json!([{"role": "user", "content": "Hi!"}]);
+
+    let chat = json!({"messages": hi, "max_tokens": 40, "temperature": 0, "guided_regex": regex});
+    let (st, v) = s.post("/v1/chat/completions", &chat);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        v["choices"][0]["message"]["reasoning_content"], thought,
+        "{v}"
+    );
+    assert_eq!(v["choices"][0]["message"]["content"], answer, "{v}");
+    let mut body = chat.clone();
+    body["stream"] = json!(true);
+    let (mut r, mut a) = (String::new(), String::new());
+    for d in s.stream("/v1/chat/completions", &body) {
+        let Ok(c) = serde_json::from_str::<Value>(&d) else {
+            continue;
+        };
+        let delta = &c["choices"][0]["delta"];
+        r.push_str(delta["reasoning_content"].as_str().unwrap_or(""));
+        a.push_str(delta["content"].as_str().unwrap_or(""));
+    }
+    assert_eq!((r.as_str(), a.as_str()), (thought, answer));
+
+    let msg = json!({"model": MODEL, "max_tokens": 40, "temperature": 0, "messages": hi,
+                     "guided_regex": regex});
+    let (st, v) = s.post("/v1/messages", &msg);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["content"][0]["type"], "thinking", "{v}");
+    assert_eq!(v["content"][0]["thinking"], thought, "{v}");
+    assert_eq!(
+        v["content"][1],
+        json!({"type": "text", "text": answer}),
+        "{v}"
+    );
+    let mut body = msg.clone();
+    body["stream"] = json!(true);
+    let (mut r, mut a) = (String::new(), String::new());
+    for d in s.stream("/v1/messages", &body) {
+        let Ok(e) = serde_json::from_str::<Value>(&d) else {
+            continue;
+        };
+        r.push_str(e["delta"]["thinking"].as_str().unwrap_or(""));
+        a.push_str(e["delta"]["text"].as_str().unwrap_or(""));
+    }
+    assert_eq!((r.as_str(), a.as_str()), (thought, answer));
+
+    let resp = json!({"model": MODEL, "max_output_tokens": 40, "temperature": 0, "input": "Hi!",
+                      "guided_regex": regex, "store": false});
+    let (st, v) = s.post("/v1/responses", &resp);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["output"][0]["type"], "reasoning", "{v}");
+    assert_eq!(v["output"][0]["content"][0]["text"], thought, "{v}");
+    assert_eq!(v["output"][1]["content"][0]["text"], answer, "{v}");
+
+    // Thinking off: the template closes an empty block in the prompt.
+    let plain = json!({"messages": hi, "max_tokens": 1, "temperature": 0});
+    let mut off = plain.clone();
+    off["chat_template_kwargs"] = json!({"enable_thinking": false});
+    let tokens = |b: &Value| s.post("/v1/chat/completions", b).1["usage"]["prompt_tokens"].as_u64();
+    assert!(
+        tokens(&off) > tokens(&plain),
+        "enable_thinking: false changed nothing"
+    );
+    let mut m_off = msg.clone();
+    m_off["thinking"] = json!({"type": "disabled"});
+    m_off["max_tokens"] = json!(1);
+    m_off.as_object_mut().map(|o| o.remove("guided_regex"));
+    let (_, v) = s.post("/v1/messages", &m_off);
+    let (_, w) = s.post(
+        "/v1/messages/count_tokens",
+        &json!({"model": MODEL, "messages": hi}),
+    );
+    assert!(
+        v["usage"]["input_tokens"].as_u64().unwrap_or(0)
+            + v["usage"]["cache_read_input_tokens"].as_u64().unwrap_or(0)
+            > w["input_tokens"].as_u64().unwrap_or(u64::MAX),
+        "{v} {w}"
+    );
+    let (st, v) = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": hi, "chat_template_kwargs": {"thinking": true}}),
+    );
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(v["error"]["param"], "chat_template_kwargs");
+}

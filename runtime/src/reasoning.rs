@@ -157,6 +157,21 @@ impl Splitter {
     }
 }
 
+/// A whole answer split into its reasoning and its answer text.
+pub fn split_all(r: Reasoning, text: &str) -> (String, String) {
+    let mut s = Splitter::new(r);
+    let mut parts = s.feed(text);
+    parts.extend(s.finish());
+    let (mut think, mut answer) = (String::new(), String::new());
+    for p in parts {
+        match p {
+            Part::Reasoning(t) => think.push_str(&t),
+            Part::Answer(t) => answer.push_str(&t),
+        }
+    }
+    (think, answer)
+}
+
 /// Appends `p` unless it is empty text.
 fn push(out: &mut Vec<Part>, p: Part) {
     match &p {

@@ -58,6 +58,10 @@ pub struct MessagesRequest {
     pub output_config: Option<Value>,
     /// `{"user_id"}`: accepted and logged
     pub metadata: Option<Value>,
+    /// extension (as vLLM): the answer must match this regular expression
+    pub guided_regex: Option<String>,
+    /// extension (as vLLM): the answer must follow this Lark grammar
+    pub guided_grammar: Option<String>,
 }
 
 /// One turn: `content` is a string or a list of blocks.
@@ -328,6 +332,8 @@ fn common_of(req: &MessagesRequest) -> Result<Common, ApiError> {
         top_k: req.top_k,
         stop: req.stop_sequences.clone().map(Stop::Many),
         stream: req.stream,
+        guided_regex: req.guided_regex.clone(),
+        guided_grammar: req.guided_grammar.clone(),
         ..Common::default()
     })
 }

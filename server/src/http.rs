@@ -385,7 +385,7 @@ async fn chat(
         &s,
         msgs,
         tools.as_ref(),
-        crate::turn::Render::default(),
+        render_of(&req)?,
         &req.common,
         "messages",
     )?;
@@ -393,7 +393,39 @@ async fn chat(
     r.logprobs = structured::chat_logprobs(&req.common)?;
     let streams = submit_choices(&s, r, &req.common, "messages").await?;
     let id = format!("chatcmpl-{}", streams[0].id());
-    respond(s, streams, id, Kind::Chat, &req.common, p.parse).await
+    let parse = crate::respond::Parsing {
+        tools: p.parse,
+        reasoning: p.reasoning,
+    };
+    respond(s, streams, id, Kind::Chat, &req.common, parse).await
+}
+
+/// `chat_template_kwargs`: only `enable_thinking` (a boolean) is read.
+fn render_of(req: &ChatRequest) -> Result<crate::turn::Render, ApiError> {
+    let mut r = crate::turn::Render::default();
+    let Some(kw) = &req.chat_template_kwargs else {
+        return Ok(r);
+    };
+    let bad = |m: String| ApiError::bad_request(m, "chat_template_kwargs");
+    let map = kw
+        .as_object()
+        .ok_or_else(|| bad("chat_template_kwargs must be an object".into()))?;
+    for (k, v) in map {
+        match (k.as_str(), v) {
+            ("enable_thinking", Value::Bool(b)) => r.thinking = Some(*b),
+            ("enable_thinking", _) => {
+                return Err(bad(
+                    "chat_template_kwargs.enable_thinking must be true or false".into(),
+                ));
+            }
+            (other, _) => {
+                return Err(bad(format!(
+                    "chat_template_kwargs.{other} is not read (only enable_thinking is)"
+                )));
+            }
+        }
+    }
+    Ok(r)
 }
 
 async fn completions(
@@ -422,5 +454,13 @@ async fn completions(
     r.logprobs = structured::completion_logprobs(&req.common)?;
     let streams = submit_choices(&s, r, &req.common, "prompt").await?;
     let id = format!("cmpl-{}", streams[0].id());
-    respond(s, streams, id, Kind::Completion, &req.common, None).await
+    respond(
+        s,
+        streams,
+        id,
+        Kind::Completion,
+        &req.common,
+        Default::default(),
+    )
+    .await
 }

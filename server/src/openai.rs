@@ -170,6 +170,9 @@ pub struct ChatRequest {
     pub tool_choice: Option<Value>,
     /// whether several calls may come in one answer (default true)
     pub parallel_tool_calls: Option<bool>,
+    /// extension (as vLLM and llama-server): `{"enable_thinking": false}` asks the template to
+    /// skip the model's reasoning
+    pub chat_template_kwargs: Option<Value>,
     /// shared fields
     #[serde(flatten)]
     pub common: Common,

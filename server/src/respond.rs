@@ -17,6 +17,7 @@ use crate::AppState;
 use crate::error::ApiError;
 use crate::openai::{Common, Usage};
 use crate::{structured, tools};
+use cinder_runtime::reasoning;
 
 /// Which endpoint is answering.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -132,6 +133,15 @@ async fn collect(s: AppState, mut stream: EventStream) -> Result<Collected, ApiE
     }
 }
 
+/// How a chat answer is taken apart: calls of these functions, reasoning marked this way.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Parsing {
+    /// the functions whose calls are parsed out
+    pub tools: Option<Vec<String>>,
+    /// the reasoning block's marking, where the template has one
+    pub reasoning: Option<reasoning::Reasoning>,
+}
+
 /// Answers a request whose choices run as `streams` (index = position).
 pub(crate) async fn respond(
     s: AppState,
@@ -139,12 +149,12 @@ pub(crate) async fn respond(
     id: String,
     kind: Kind,
     c: &Common,
-    parse_tools: Option<Vec<String>>,
+    parse: Parsing,
 ) -> Result<Response, ApiError> {
     let created = unix_now();
     if c.stream {
         let usage = c.stream_options.as_ref().is_some_and(|o| o.include_usage);
-        return Ok(sse(s, streams, id, kind, created, usage, parse_tools).into_response());
+        return Ok(sse(s, streams, id, kind, created, usage, parse).into_response());
     }
     let done =
         futures_util::future::join_all(streams.into_iter().map(|st| collect(s.clone(), st))).await;
@@ -160,11 +170,18 @@ pub(crate) async fn respond(
         let mut fr = finish_reason(r.reason);
         let choice = match kind {
             Kind::Chat => {
-                let (content, calls) = match &parse_tools {
-                    Some(names) => tools::split(&r.text, names.clone()),
-                    None => (Some(r.text.clone()), Vec::new()),
+                let (thinking, answer) = match parse.reasoning {
+                    Some(m) => reasoning::split_all(m, &r.text),
+                    None => (String::new(), r.text.clone()),
+                };
+                let (content, calls) = match &parse.tools {
+                    Some(names) => tools::split(&answer, names.clone()),
+                    None => (Some(answer), Vec::new()),
                 };
                 let mut message = json!({"role": "assistant", "content": content});
+                if !thinking.is_empty() {
+                    message["reasoning_content"] = json!(thinking);
+                }
                 if !calls.is_empty() {
                     let list: Vec<Value> = calls
                         .iter()
@@ -241,6 +258,10 @@ struct Choice {
     offset: usize,
     /// splits content from function calls when the request has tools
     parser: Option<tools::Parser>,
+    /// splits the reasoning out where the template marks it
+    think: Option<reasoning::Splitter>,
+    /// reasoning taken out and not yet sent
+    new_reasoning: String,
     /// calls parsed and not yet sent
     new_calls: Vec<tools::Call>,
     /// calls sent so far (the next call's `index`)
@@ -252,6 +273,24 @@ impl Choice {
     /// The content part of `text` (all of it without tools); calls found go to `new_calls`.
     /// `end`: the text is the last, so nothing is held back.
     fn content_of(&mut self, text: &str, end: bool) -> String {
+        let answer = match &mut self.think {
+            Some(t) => {
+                let mut parts = t.feed(text);
+                if end {
+                    parts.extend(t.finish());
+                }
+                let mut answer = String::new();
+                for p in parts {
+                    match p {
+                        reasoning::Part::Reasoning(r) => self.new_reasoning.push_str(&r),
+                        reasoning::Part::Answer(a) => answer.push_str(&a),
+                    }
+                }
+                answer
+            }
+            None => text.to_string(),
+        };
+        let text = answer.as_str();
         let Some(p) = &mut self.parser else {
             return text.to_string();
         };
@@ -300,9 +339,20 @@ impl SseState {
         }
     }
 
+    /// A chunk with the reasoning choice `i` has taken out since the last one.
+    fn push_reasoning(&mut self, i: usize) {
+        let r = std::mem::take(&mut self.choices[i].new_reasoning);
+        if !r.is_empty() {
+            let mut c = chunk(self, i, None, false, None);
+            c["choices"][0]["delta"] = json!({"reasoning_content": r});
+            self.pending.push_back(data(&c));
+        }
+    }
+
     fn on_token(&mut self, i: usize, id: u32, text: &str, logprob: Option<TokenLogprob>) {
         self.choices[i].clock.tick(&self.s);
         let text = self.choices[i].content_of(text, false);
+        self.push_reasoning(i);
         if !text.is_empty() || logprob.is_some() {
             let mut c = chunk(self, i, Some(&text), self.choices[i].first, None);
             if let Some(lp) = logprob {
@@ -334,6 +384,7 @@ impl SseState {
         count_usage(&self.s, &usage);
         add_usage(&mut self.usage, usage);
         let text = self.choices[i].content_of(text, true);
+        self.push_reasoning(i);
         if !text.is_empty() {
             let c = chunk(self, i, Some(&text), self.choices[i].first, None);
             self.pending.push_back(data(&c));
@@ -378,7 +429,7 @@ fn sse(
     kind: Kind,
     created: u64,
     include_usage: bool,
-    parse_tools: Option<Vec<String>>,
+    parse: Parsing,
 ) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
     let n = streams.len();
     let events = stream::select_all(streams.into_iter().enumerate().map(|(i, st)| {
@@ -390,7 +441,9 @@ fn sse(
         .map(|_| Choice {
             first: true,
             offset: 0,
-            parser: parse_tools.clone().map(tools::Parser::new),
+            parser: parse.tools.clone().map(tools::Parser::new),
+            think: parse.reasoning.map(reasoning::Splitter::new),
+            new_reasoning: String::new(),
             new_calls: Vec::new(),
             calls: 0,
             clock: Clock::new(),

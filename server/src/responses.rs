@@ -66,6 +66,10 @@ pub struct ResponsesRequest {
     pub metadata: Option<Value>,
     /// extension: seconds before the request ends, incomplete
     pub timeout: Option<f64>,
+    /// extension (as vLLM): the answer must match this regular expression
+    pub guided_regex: Option<String>,
+    /// extension (as vLLM): the answer must follow this Lark grammar
+    pub guided_grammar: Option<String>,
 }
 
 fn bad(message: impl Into<String>, field: &str) -> ApiError {
@@ -293,6 +297,8 @@ fn common_of(req: &ResponsesRequest) -> Result<Common, ApiError> {
         stream: req.stream,
         timeout: req.timeout,
         response_format,
+        guided_regex: req.guided_regex.clone(),
+        guided_grammar: req.guided_grammar.clone(),
         ..Common::default()
     })
 }

@@ -83,8 +83,9 @@ pub(crate) fn prepare(
             Err(internal) => ApiError::internal(&internal),
         })?);
     }
-    // A forced call is the whole answer: no reasoning is parsed out of it.
-    let reasoning = reasoning.filter(|_| request.constraint.is_none());
+    // A constrained answer writes the grammar's text from its first token: a reasoning block the
+    // prompt opened would never be closed, so none is parsed out of it.
+    let reasoning = reasoning.filter(|r| !(r.opened_by_prompt && request.constraint.is_some()));
     let parse = tools
         .filter(|t| t.parses())
         .map(|t| t.functions.iter().map(|f| f.name.clone()).collect());

@@ -53,6 +53,10 @@ pub struct ServeArgs {
     /// Embedding requests that may wait behind the running one before new ones get 429.
     #[arg(long, default_value_t = 16)]
     pub embedding_queue: usize,
+    /// A Jinja chat template file to use instead of the model's own (as llama-server's
+    /// `--chat-template-file`).
+    #[arg(long)]
+    pub chat_template_file: Option<std::path::PathBuf>,
     /// Most responses the Responses API keeps for `GET /v1/responses/{id}` and
     /// `previous_response_id` (0: none; the oldest goes first).
     #[arg(long, default_value_t = 1000)]
@@ -74,7 +78,15 @@ impl BackendTask for ServeTask {
         if !(a.request_timeout > 0.0 && a.request_timeout.is_finite()) {
             anyhow::bail!("--request-timeout must be a positive number of seconds");
         }
-        let m = loader.load::<B>(&a.model, &device)?;
+        let mut m = loader.load::<B>(&a.model, &device)?;
+        if let Some(path) = &a.chat_template_file {
+            let t = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the chat template {}", path.display()))?;
+            match std::sync::Arc::get_mut(&mut m.tokenizer) {
+                Some(tok) => tok.chat_template = Some(t),
+                None => anyhow::bail!("the tokenizer is shared; cannot replace its chat template"),
+            }
+        }
         let draft = a.engine.spec.load_draft(&loader, &m, &device)?;
         let engine = Engine::start_with_draft::<B, _>(
             m.model.clone(),
