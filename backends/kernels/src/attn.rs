@@ -49,6 +49,23 @@ pub fn attend_f16(
     scores: &mut Vec<f32>,
     out: &mut [f32],
 ) {
+    attend_f16_lse(isa, q, hd, runs, params, scores, out, &mut []);
+}
+
+/// [`attend_f16`], also writing each query's log-sum-exp of its scaled scores into `lse` (when
+/// it holds `nq` values): attention over a range of positions split into parts is the parts'
+/// outputs weighted by `exp(lse_part − lse_all)` (split-K decoding).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_f16_lse(
+    isa: Isa,
+    q: &[f32],
+    hd: usize,
+    runs: &[KvRun<'_>],
+    params: ScoreParams,
+    scores: &mut Vec<f32>,
+    out: &mut [f32],
+    lse: &mut [f32],
+) {
     let nq = q.len() / hd.max(1);
     let n: usize = runs.iter().map(|r| r.k.len() / hd.max(1)).sum();
     out.fill(0.0);
@@ -62,8 +79,11 @@ pub fn attend_f16(
         qk(isa, qc, hd, runs, n, sc);
     }
     // 2. softmax per query, probabilities rounded to f16
-    for row in scores.chunks_exact_mut(n) {
-        softmax_f16(isa, row, params);
+    for (i, row) in scores.chunks_exact_mut(n).enumerate() {
+        let l = softmax_f16(isa, row, params);
+        if let Some(x) = lse.get_mut(i) {
+            *x = l as f32;
+        }
     }
     // 3. out[qi] = Σ_j p[qi][j] · v_j
     for (pc, oc) in scores.chunks(NQ * n).zip(out.chunks_mut(NQ * hd)) {

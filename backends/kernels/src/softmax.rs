@@ -47,8 +47,9 @@ pub fn exp_nonpositive(x: f32) -> f32 {
 }
 
 /// Scores `row` (one query's `q·k` over its visible rows) into probabilities rounded to f16: scale,
-/// soft-cap, `exp(x - max)`, then `f16(e · (1 / sum))`.
-pub(crate) fn softmax_f16(isa: Isa, row: &mut [f32], params: ScoreParams) {
+/// soft-cap, `exp(x - max)`, then `f16(e · (1 / sum))`. Returns the log-sum-exp of the scaled
+/// scores, `max + ln(sum)`, with which softmaxes over parts of a row combine.
+pub(crate) fn softmax_f16(isa: Isa, row: &mut [f32], params: ScoreParams) -> f64 {
     #[cfg(target_arch = "x86_64")]
     let (mut max, done) = if params.softcap.is_none() && isa == Isa::Avx2 && isa.is_available() {
         // SAFETY: AVX2, FMA and F16C confirmed above.
@@ -68,6 +69,7 @@ pub(crate) fn softmax_f16(isa: Isa, row: &mut [f32], params: ScoreParams) {
     let sum = exp_sum(isa, row, max);
     let inv = (1.0 / sum) as f32;
     scale_round_f16(isa, row, inv);
+    max as f64 + sum.ln()
 }
 
 /// `x[i] = exp(x[i] - max)` and their sum in 8 f64 lanes.

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use super::{AttentionParams, KvOps, KvShape, PagedBatch, SeqSlice, check_alloc};
 use crate::BackendError;
 use crate::host::host_values;
-use cinder_kernels::attn::{KvRun, ScoreParams, round_f16};
+use cinder_kernels::attn::{KvRun, ScoreParams, attend_f16_lse, round_f16};
 use cinder_kernels::attn_rows::{RowsScratch, attend_f16_rows};
 
 /// One layer's paged K/V in host memory, in f16 as llama.cpp keeps its KV cache (half the memory of
@@ -75,7 +75,10 @@ pub(crate) fn host_kv_copy_block<D>(kv: &mut HostKv<D>, src: u32, dst: u32) {
 /// the exponential sum in f64, the probabilities rounded to f16 for the product with V (f32 sums).
 /// One task per (sequence, KV head), or per run of its queries when there are few such tasks: in a
 /// decode step each K/V row is widened to f32 once for every query head of the group; in a prefill
-/// chunk or a verify, once per block of [`BLOCK_POSITIONS`] positions, into f32 tiles.
+/// chunk or a verify, once per block of [`BLOCK_POSITIONS`] positions, into f32 tiles. A decode
+/// query with few such tasks is split over its keys instead ([`attend_part`], merged by
+/// [`combine_parts`]): each part's probabilities are normalized within the part, so the result
+/// differs from the whole softmax in rounding only.
 pub(crate) fn host_paged_attention<B: Backend>(
     kv: &mut HostKv<B::Device>,
     q: Tensor<B, 4>,
@@ -121,29 +124,72 @@ pub(crate) fn host_paged_attention<B: Backend>(
     let pairs = batch.seqs.len() * kvh;
     let want = 4 * rayon::current_num_threads().max(1);
     let splits = want.div_ceil(pairs.max(1));
-    let tasks: Vec<(usize, usize, std::ops::Range<usize>)> = (0..batch.seqs.len())
+    let tasks: Vec<Task> = (0..batch.seqs.len())
         .flat_map(|si| {
-            let q_len = batch.seqs[si].q_len;
+            let s = &batch.seqs[si];
+            let q_len = s.q_len;
+            // A decode query's visible keys split into parts (flash-decoding) when there are
+            // fewer (sequence, KV head) pairs than threads' worth of tasks: one sequence at depth
+            // then reads its cache on every core, whatever its KV head count.
+            let keys = if q_len == 1 {
+                s.past + 1 - params.first_visible(s.past)
+            } else {
+                0
+            };
+            let parts = splits.min(keys / SPLIT_MIN_KEYS).max(1);
             let per = q_len.div_ceil(splits.min(q_len).max(1)).max(1);
-            (0..kvh).flat_map(move |g| {
-                (0..q_len)
-                    .step_by(per)
-                    .map(move |i0| (si, g, i0..(i0 + per).min(q_len)))
-            })
+            (0..kvh)
+                .flat_map(move |g| {
+                    let split: Vec<Task> = (0..parts)
+                        .filter(|_| parts > 1)
+                        .map(|p| Task {
+                            si,
+                            g,
+                            queries: 0..1,
+                            part: Some((p, parts)),
+                        })
+                        .collect();
+                    let whole: Vec<Task> = (0..q_len)
+                        .step_by(per)
+                        .filter(|_| parts == 1)
+                        .map(|i0| Task {
+                            si,
+                            g,
+                            queries: i0..(i0 + per).min(q_len),
+                            part: None,
+                        })
+                        .collect();
+                    split.into_iter().chain(whole)
+                })
+                .collect::<Vec<_>>()
         })
         .collect();
-    let run = |(si, g, qr): &(usize, usize, std::ops::Range<usize>)| {
-        attend_group(
+    let run = |t: &Task| match t.part {
+        None => (
+            attend_group(
+                kv,
+                batch,
+                &batch.seqs[t.si],
+                t.g,
+                group,
+                t.queries.clone(),
+                &qs,
+                h,
+                params,
+            ),
+            Vec::new(),
+        ),
+        Some(part) => attend_part(
             kv,
             batch,
-            &batch.seqs[*si],
-            *g,
+            &batch.seqs[t.si],
+            t.g,
             group,
-            qr.clone(),
             &qs,
             h,
             params,
-        )
+            part,
+        ),
     };
     // Query-key pairs × heads: below ~2k per head dim a parallel section costs more than it saves
     // (the engine runs a step from a pool worker, so a section only wakes the other workers).
@@ -153,24 +199,118 @@ pub(crate) fn host_paged_attention<B: Backend>(
         .map(|s| s.q_len * (s.past + s.q_len))
         .sum::<usize>()
         * h;
-    let results: Vec<Vec<f32>> = if work < 1 << 11 {
+    let results: Vec<(Vec<f32>, Vec<f32>)> = if work < 1 << 11 {
         tasks.iter().map(run).collect()
     } else {
         tasks.par_iter().map(run).collect()
     };
-    // 3. Scatter the task outputs into [T, h, hd]: a task's rows are its group's heads, adjacent.
+    // 3. Scatter the task outputs into [T, h, hd]: a task's rows are its group's heads, adjacent;
+    // the parts of a split query (consecutive tasks) are combined by their log-sum-exps first.
     let mut out = vec![0.0f32; t * h * hd];
     let w = group * hd;
-    for ((si, g, qr), res) in tasks.iter().zip(&results) {
-        let s = &batch.seqs[*si];
-        for (i, src) in qr.clone().zip(res.chunks_exact(w)) {
-            let dst = ((s.q_start + i) * h + g * group) * hd;
-            out[dst..dst + w].copy_from_slice(src);
+    let mut k = 0;
+    while k < tasks.len() {
+        let task = &tasks[k];
+        let s = &batch.seqs[task.si];
+        match task.part {
+            None => {
+                for (i, src) in task.queries.clone().zip(results[k].0.chunks_exact(w)) {
+                    let dst = ((s.q_start + i) * h + task.g * group) * hd;
+                    out[dst..dst + w].copy_from_slice(src);
+                }
+                k += 1;
+            }
+            Some((_, parts)) => {
+                let dst = (s.q_start * h + task.g * group) * hd;
+                combine_parts(&results[k..k + parts], hd, &mut out[dst..dst + w]);
+                k += parts;
+            }
         }
     }
     // Returned head-major as the op promises, as a lazy view of the time-major buffer (merging the
     // heads swaps back, so the model's next projection reads it in order).
     Tensor::<B, 4>::from_data(TensorData::new(out, [1, t, h, hd]), &kv.device).swap_dims(1, 2)
+}
+
+/// Keys per part below which a decode query's keys are not split further (each part is a task and
+/// a share of the combine).
+const SPLIT_MIN_KEYS: usize = 256;
+
+/// One attention task: queries `queries` of sequence `si` for the query heads of KV head `g`, over
+/// all their visible keys, or over part `.0` of `.1` equal parts of them (a decode query split
+/// over its keys).
+struct Task {
+    si: usize,
+    g: usize,
+    queries: std::ops::Range<usize>,
+    part: Option<(usize, usize)>,
+}
+
+/// Merges the parts of split attention: each part's `(out [group, hd], lse [group])`, weighted by
+/// `exp(lse_part − max lse)` and divided by the weights' sum (the softmax over all keys is the
+/// parts' softmaxes weighted by their share of the exponential sum).
+fn combine_parts(parts: &[(Vec<f32>, Vec<f32>)], hd: usize, out: &mut [f32]) {
+    for (j, o) in out.chunks_exact_mut(hd).enumerate() {
+        let max = parts
+            .iter()
+            .map(|p| p.1[j])
+            .fold(f32::NEG_INFINITY, f32::max);
+        o.fill(0.0);
+        let mut total = 0.0f32;
+        for (po, lse) in parts {
+            let wgt = (lse[j] - max).exp();
+            total += wgt;
+            for (x, y) in o.iter_mut().zip(&po[j * hd..(j + 1) * hd]) {
+                *x += wgt * y;
+            }
+        }
+        let inv = 1.0 / total;
+        o.iter_mut().for_each(|x| *x *= inv);
+    }
+}
+
+/// Part `part.0` of `part.1` of a decode query's visible keys (sequence `s`, its one query), for
+/// the `group` query heads of KV head `g`: `([group, hd], log-sum-exp per head)`.
+#[allow(clippy::too_many_arguments)]
+fn attend_part<D>(
+    kv: &HostKv<D>,
+    batch: &PagedBatch,
+    s: &SeqSlice,
+    g: usize,
+    group: usize,
+    qs: &[f32],
+    h: usize,
+    params: &AttentionParams,
+    part: (usize, usize),
+) -> (Vec<f32>, Vec<f32>) {
+    let hd = kv.shape.head_dim;
+    let bs = batch.block_size;
+    let isa = cinder_kernels::Isa::detect();
+    let lo = params.first_visible(s.past);
+    let n = s.past + 1 - lo;
+    let (a, b) = (lo + n * part.0 / part.1, lo + n * (part.0 + 1) / part.1);
+    let mut runs = Vec::new();
+    let mut j = a;
+    while j < b {
+        let end = ((j / bs + 1) * bs).min(b);
+        let at = kv.offset(s.blocks[j / bs] as usize, g, j % bs);
+        let len = (end - j) * hd;
+        runs.push(KvRun {
+            k: &kv.k[at..at + len],
+            v: &kv.v[at..at + len],
+        });
+        j = end;
+    }
+    let row = s.q_start;
+    let mut q = qs[(row * h + g * group) * hd..(row * h + (g + 1) * group) * hd].to_vec();
+    round_f16(isa, &mut q);
+    let (mut out, mut lse) = (vec![0.0f32; group * hd], vec![0.0f32; group]);
+    let sp = ScoreParams {
+        scale: params.scale,
+        softcap: params.softcap,
+    };
+    attend_f16_lse(isa, &q, hd, &runs, sp, &mut Vec::new(), &mut out, &mut lse);
+    (out, lse)
 }
 
 /// Positions attended together: their K/V rows are widened to f32 once per block
@@ -398,6 +538,101 @@ mod tests {
                     }
                     row[step] += len;
                 }
+            }
+        }
+    }
+
+    /// A decode query at depth with one KV head (split over its keys into parts, combined by their
+    /// log-sum-exps) agrees with the generic fallback, which attends to all keys at once, and with
+    /// plain f32 attention; with and without a sliding window.
+    #[cfg(feature = "flex")]
+    #[test]
+    fn split_decode_agrees_with_whole_attention() {
+        type B = crate::types::Flex;
+        let dev: burn::tensor::Device<B> = Default::default();
+        let (h, kvh, hd, bs, n) = (4usize, 1usize, 16usize, 16usize, 1500usize);
+        assert!(n / SPLIT_MIN_KEYS >= 2, "deep enough to split");
+        let shape = KvShape {
+            blocks: n.div_ceil(bs) + 1,
+            block_size: bs,
+            kv_heads: kvh,
+            head_dim: hd,
+        };
+        // blocks in reverse order, so parts cross non-adjacent blocks
+        let table: Vec<u32> = (0..shape.blocks as u32).rev().collect();
+        let val = |i: usize| (((i * 7919) % 1000) as f32 / 500.0) - 1.0;
+        let mk = |heads: usize, salt: usize| {
+            let v: Vec<f32> = (0..heads * n * hd).map(|i| val(i * 3 + salt)).collect();
+            Tensor::<B, 4>::from_data(TensorData::new(v, [1, heads, n, hd]), &dev)
+        };
+        // keys of some stretches larger, so the parts' exponential sums differ by orders of
+        // magnitude and their weights matter
+        let loud: Vec<f32> = (0..n)
+            .map(|j| {
+                if j % 500 < 150 || j > n - 60 {
+                    4.0
+                } else {
+                    1.0
+                }
+            })
+            .collect();
+        let k =
+            mk(kvh, 2) * Tensor::<B, 1>::from_floats(loud.as_slice(), &dev).reshape([1, 1, n, 1]);
+        let (q, v) = (mk(h, 1), mk(kvh, 3));
+        for window in [None, Some(700)] {
+            let params = AttentionParams {
+                scale: 0.5,
+                sliding_window: window,
+                softcap: None,
+            };
+            let mut host = host_kv_alloc(shape, &dev).unwrap();
+            let mut dense = dense_kv_alloc::<B>(shape, &dev).unwrap();
+            let mut last = Vec::new();
+            for (past, len) in [(0, n - 1), (n - 1, 1)] {
+                let batch = PagedBatch {
+                    block_size: bs,
+                    seqs: vec![SeqSlice {
+                        q_start: 0,
+                        q_len: len,
+                        past,
+                        blocks: table.clone(),
+                    }],
+                };
+                let part = |x: &Tensor<B, 4>| x.clone().narrow(2, past, len);
+                let a = host_paged_attention::<B>(
+                    &mut host,
+                    part(&q),
+                    part(&k),
+                    part(&v),
+                    &batch,
+                    &params,
+                );
+                let b = dense_paged_attention::<B>(
+                    &mut dense,
+                    part(&q),
+                    part(&k),
+                    part(&v),
+                    &batch,
+                    &params,
+                );
+                last = vec![a, b];
+            }
+            let want = attention(q.clone(), k.clone(), v.clone(), 0, &params)
+                .narrow(2, n - 1, 1)
+                .into_data()
+                .to_vec::<f32>()
+                .unwrap();
+            let host = last[0].clone().into_data().to_vec::<f32>().unwrap();
+            let dense = last[1].clone().into_data().to_vec::<f32>().unwrap();
+            for ((a, b), w) in host.iter().zip(&dense).zip(&want) {
+                assert!(
+                    (a - w).abs() < 5e-3,
+                    "window {window:?}: split {a} vs f32 {w}"
+                );
+                assert!(
+                    (a - b).abs() < 1e-3,
+                    "window {window:?}: split {a} vs whole {b}"
+                );
             }
         }
     }

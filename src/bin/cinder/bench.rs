@@ -19,6 +19,10 @@ pub struct BenchArgs {
     /// Tokens generated in the generation test (0 = skip).
     #[arg(long, default_value_t = 128)]
     pub gen_tokens: usize,
+    /// Tokens already in the KV cache before each prompt-processing and generation test (as
+    /// llama-bench's `-d`): the tests run at that depth, and the report names them `pp512 @ d4096`.
+    #[arg(long, default_value_t = 0)]
+    pub depth: usize,
     /// Repetitions (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
@@ -85,28 +89,64 @@ impl BackendTask for Task {
         let lens: Vec<usize> = a.prompt_tokens.iter().copied().filter(|&n| n > 0).collect();
         // A deterministic, non-degenerate prompt: ids spread over the vocabulary.
         let longest = lens.iter().copied().max().unwrap_or(1);
-        let prompt: Vec<u32> = (0..longest)
-            .map(|i| ((i as u64 * 2_654_435_761) % vocab as u64) as u32)
-            .collect();
+        let ids = |salt: u64, n: usize| -> Vec<u32> {
+            (0..n as u64)
+                .map(|i| (((i + salt) * 2_654_435_761) % vocab as u64) as u32)
+                .collect()
+        };
+        let prompt = ids(0, longest);
+        // At depth: the first `depth` tokens of every test are the same (taken from the prefix
+        // cache after the warm-up), the tested tokens after them differ per repetition (so only
+        // the depth is cached).
+        let depth = a.depth;
+        let context = model.context_length();
+        let need = depth + longest.max(1) + a.gen_tokens + 1;
+        if depth > 0 && need > context {
+            anyhow::bail!(
+                "--depth {depth} with prompts of up to {longest} tokens and --gen-tokens {} needs                  {need} positions; the model's context is {context}",
+                a.gen_tokens
+            );
+        }
+        let deep = ids(1 << 20, depth);
+        let at_depth = |rep: usize, tail: Vec<u32>| -> Vec<u32> {
+            if depth == 0 {
+                return tail;
+            }
+            let mut p = deep.clone();
+            p.extend(tail.iter().map(|&t| (t + 7919 * rep as u32) % vocab));
+            p
+        };
         let reps = a.reps.max(1);
         let mut pp: Vec<Vec<f64>> = vec![Vec::new(); lens.len()];
         let mut tg = Vec::new();
         // Every test runs through the engine (one request at a time here), prefix cache off.
         let cfg = a.engine.config()?;
-        let engine = bench_engine::start(&m, &cfg, 1, false)?;
+        if depth > 0 && !cfg.prefix_caching {
+            anyhow::bail!("--depth keeps its tokens in the prefix cache: drop --no-prefix-cache");
+        }
+        let engine = bench_engine::start(&m, &cfg, 1, depth > 0)?;
         let h = engine.handle();
+        if depth > 0 {
+            // Fill the depth once; every test then finds it in the prefix cache.
+            run_batch(&h, vec![deep.clone()], 1)?;
+        }
         // One untimed warm-up of each test (first-touch allocations, kernel compilation on GPUs).
         for rep in 0..=reps {
             for (li, &n) in lens.iter().enumerate() {
                 // Prefill and the first token: n prompt tokens over the time to first token.
-                let t = run_batch(&h, vec![prompt[..n].to_vec()], 1)?.remove(0);
+                let t = run_batch(&h, vec![at_depth(rep, prompt[..n].to_vec())], 1)?.remove(0);
                 if rep > 0 {
                     pp[li].push(n as f64 / t.ttft.as_secs_f64());
                 }
             }
             if a.gen_tokens > 0 {
                 // gen_tokens decode steps after the first token.
-                let t = run_batch(&h, vec![prompt[..1].to_vec()], a.gen_tokens + 1)?.remove(0);
+                let t = run_batch(
+                    &h,
+                    vec![at_depth(rep, prompt[..1].to_vec())],
+                    a.gen_tokens + 1,
+                )?
+                .remove(0);
                 if rep > 0 {
                     tg.push(a.gen_tokens as f64 / t.decode.as_secs_f64());
                 }
@@ -205,6 +245,16 @@ impl BackendTask for Task {
         if a.gen_tokens > 0 {
             tests.push((format!("tg{}", a.gen_tokens), tg.clone()));
         }
+        if depth > 0 {
+            for t in &mut tests {
+                t.0 = format!("{} @ d{depth}", t.0);
+            }
+        }
+        // The KV memory one sequence of the generation test holds at its end, in whole blocks.
+        let kv_per_token = model.kv_bytes_per_token();
+        let bs = cfg.block_size.max(1);
+        let held_tokens = (depth + a.gen_tokens + 1).div_ceil(bs) * bs;
+        let kv_mib_held = (kv_per_token * held_tokens) as f64 / (1 << 20) as f64;
         if a.json {
             let list: Vec<serde_json::Value> = tests
                 .iter()
@@ -224,6 +274,7 @@ impl BackendTask for Task {
                 // the longest prompt test and the generation test, as single figures
                 "pp_tokens": longest, "pp_tps": pp.last().map(|v| median(v.clone())).unwrap_or(0.0),
                 "tg_tokens": a.gen_tokens, "tg_tps": median(tg.clone()),
+                "depth": depth, "kv_bytes_per_token": kv_per_token, "kv_mib_held": kv_mib_held,
                 "tests": list,
                 "threads": threads, "peak_rss_bytes": rss,
                 "concurrency": levels,
@@ -248,6 +299,12 @@ impl BackendTask for Task {
             );
             if let Some(p) = m.model.placement() {
                 println!("offload: {p}");
+            }
+            if depth > 0 {
+                println!(
+                    "depth {depth}: KV {kv_per_token} bytes per token, {kv_mib_held:.1} MiB held \
+                     by the generation test's sequence"
+                );
             }
             for (name, v) in &tests {
                 println!(
