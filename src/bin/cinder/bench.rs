@@ -103,7 +103,7 @@ impl BackendTask for Task {
         let need = depth + longest.max(1) + a.gen_tokens + 1;
         if depth > 0 && need > context {
             anyhow::bail!(
-                "--depth {depth} with prompts of up to {longest} tokens and --gen-tokens {} needs                  {need} positions; the model's context is {context}",
+                "--depth {depth} with prompts of up to {longest} tokens and --gen-tokens {} needs {need} positions; the model's context is {context}",
                 a.gen_tokens
             );
         }
