@@ -26,12 +26,20 @@ weather = {"name": "get_weather", "description": "The current weather in a city"
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
                             "required": ["city"]}}
 ask = [{"role": "user", "content": "What is the weather in Oslo?"}]
-m = client.messages.create(model=model, max_tokens=128, tools=[weather], messages=ask)
-call = next(b for b in m.content if b.type == "tool_use")
+# Greedy (the 2.x client sends `temperature` only in the body), so the model's choice to call is
+# reproducible; with the default "auto" it may also answer in text.
+m = client.messages.create(model=model, max_tokens=128, tools=[weather], messages=ask,
+                           extra_body={"temperature": 0})
+call = next((b for b in m.content if b.type == "tool_use"), None)
+if call is None:
+    sys.exit(f"the model answered without calling: {m.content}")
 print(m.stop_reason, call.name, call.input)
-answer = client.messages.create(model=model, max_tokens=128, tools=[weather], messages=ask + [
+# The answer from the tool's result (tool_choice none: text, not another call).
+answer = client.messages.create(model=model, max_tokens=128, tools=[weather],
+                                tool_choice={"type": "none"}, extra_body={"temperature": 0},
+                                messages=ask + [
     {"role": "assistant", "content": m.content},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id,
                                   "content": '{"temperature_c": 7, "sky": "cloudy"}'}]},
 ])
-print(answer.content[0].text)
+print("".join(b.text for b in answer.content if b.type == "text"))

@@ -28,10 +28,15 @@ print()
 weather = {"type": "function", "name": "get_weather", "description": "The current weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                           "required": ["city"]}}
-r = client.responses.create(model=model, tools=[weather], input="What is the weather in Oslo?")
-call = next(i for i in r.output if i.type == "function_call")
+# Greedy, so the model's choice to call is reproducible; with "auto" it may also answer in text.
+r = client.responses.create(model=model, tools=[weather], input="What is the weather in Oslo?",
+                            temperature=0)
+call = next((i for i in r.output if i.type == "function_call"), None)
+if call is None:
+    sys.exit(f"the model answered without calling: {r.output_text}")
 print(call.name, json.loads(call.arguments))
 answer = client.responses.create(model=model, previous_response_id=r.id, tools=[weather],
+                                 tool_choice="none", temperature=0,
                                  input=[{"type": "function_call_output", "call_id": call.call_id,
                                          "output": '{"temperature_c": 7, "sky": "cloudy"}'}])
 print(answer.output_text)
