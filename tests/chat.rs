@@ -43,3 +43,58 @@ fn gemma3_falls_back_to_turn_format() {
     assert_eq!(ids.iter().filter(|&&t| t == 105).count(), 2);
     assert_eq!(ids.iter().filter(|&&t| t == 106).count(), 1);
 }
+
+/// A conversation through one [`Session`] (as `cinder chat` runs it): each turn's prompt is the
+/// whole conversation, and all of it but the tail since the last full KV block comes from the
+/// earlier turns' cache, so a turn prefills only its new tokens; a session without prefix caching
+/// prefills everything.
+#[test]
+fn a_chat_session_prefills_only_each_turn_s_new_tokens() {
+    use cinder::prelude::*;
+    use cinder::runtime::generate::Session;
+    struct Turns;
+    impl BackendTask for Turns {
+        type Output = Vec<(usize, usize, usize)>;
+        fn run<B: InferenceBackend>(self, device: B::Device) -> Self::Output {
+            let m = cinder::importer::load_model::<B>(&common::model_path("smollm2-135m"), &device)
+                .expect("load");
+            let opts = GenerateOptions {
+                max_tokens: 12,
+                sampling: cinder::runtime::sampler::SamplingParams::greedy(),
+                ..GenerateOptions::default()
+            };
+            let mut out = Vec::new();
+            for caching in [true, false] {
+                let mut s = Session::new(&m.model, None, &m.tokenizer, 2048, None, caching)
+                    .expect("session");
+                let mut msgs = vec![ChatMessage::new("system", "You are a helpful assistant.")];
+                for q in [
+                    "What is the capital of France?",
+                    "And of Italy?",
+                    "And of Spain?",
+                ] {
+                    msgs.push(ChatMessage::new("user", q));
+                    let text = apply_chat_template(&m.tokenizer, &msgs, true).expect("template");
+                    let ids = m.tokenizer.tokenize(&text, false, true).expect("tokenize");
+                    let g = s.generate(&ids, &opts, &mut |_| true).expect("generate");
+                    out.push((ids.len(), g.cached_tokens, usize::from(caching)));
+                    msgs.push(ChatMessage::new("assistant", g.text.trim()));
+                }
+            }
+            out
+        }
+    }
+    let turns = dispatch(common::primary_backend(), Turns).expect("backend");
+    eprintln!("(prompt tokens, cached, caching) per turn: {turns:?}");
+    for (i, &(prompt, cached, caching)) in turns.iter().enumerate() {
+        let first = i % 3 == 0;
+        if caching == 0 || first {
+            assert_eq!(cached, 0, "turn {i}: {turns:?}");
+        } else {
+            // the block size is 16: at most the last partial block and the new message are new
+            let prev = turns[i - 1].0;
+            assert!(cached >= prev / 16 * 16 - 16, "turn {i}: {turns:?}");
+            assert!(prompt - cached < prompt / 2, "turn {i}: {turns:?}");
+        }
+    }
+}

@@ -61,6 +61,8 @@ pub struct Generation {
     pub finish: FinishReason,
     /// Prompt length in tokens.
     pub prompt_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache (a [`Session`]'s earlier generations).
+    pub cached_tokens: usize,
     /// Time spent on the prompt (including sampling the first token).
     pub prefill_time: Duration,
     /// Time spent on each later token.
@@ -113,85 +115,151 @@ pub fn generate_with_draft<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     if prompt_ids.is_empty() {
         return Err(RuntimeError::EmptyPrompt);
     }
-    let ctx = opts.context.min(model.context_length());
-    if prompt_ids.len() + opts.max_tokens > ctx {
-        return Err(RuntimeError::ContextOverflow {
-            prompt: prompt_ids.len(),
-            max_new: opts.max_tokens,
-            ctx,
-        });
+    let mut s = Session::new(
+        model,
+        draft,
+        tok,
+        prompt_ids.len() + opts.max_tokens,
+        opts.speculative,
+        false,
+    )?;
+    s.generate(prompt_ids, opts, on_text)
+}
+
+/// Generations one after another through one engine core and one KV pool (`cinder chat`'s
+/// conversation): with prefix caching on, each one finds the KV blocks of the earlier ones'
+/// common prefix in the cache, so turn N of a chat prefills only what turn N−1 did not hold (its
+/// answer's last partial block and the new message). Stepped on the caller's thread, as
+/// [`generate`].
+pub struct Session<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> {
+    core: EngineCore<'m, B, M>,
+    /// most positions one generation may use: the pool's, capped by the model's context
+    tokens: usize,
+}
+
+impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> Session<'m, B, M> {
+    /// A session whose KV pool holds `tokens` positions (one generation's prompt and answer at
+    /// most), with `draft` and `speculative` as for [`generate_with_draft`].
+    pub fn new(
+        model: &'m M,
+        draft: Option<&'m (dyn CausalLm<B> + Sync)>,
+        tok: &'m Tokenizer,
+        tokens: usize,
+        speculative: Option<crate::engine::SpeculativeConfig>,
+        prefix_caching: bool,
+    ) -> Result<Self> {
+        let cfg = EngineConfig {
+            scheduler: SchedulerConfig {
+                max_batched_tokens: PREFILL_CHUNK,
+                max_seqs: 1,
+            },
+            kv_budget: Some(KvBudget::Tokens(tokens.max(1))),
+            max_waiting: 1,
+            default_timeout: None,
+            prefix_caching,
+            speculative,
+            ..EngineConfig::default()
+        };
+        let core = match draft {
+            Some(d) => EngineCore::<B, M>::with_draft(model, d, tok, cfg)?,
+            None => EngineCore::<B, M>::new(model, tok, cfg)?,
+        };
+        Ok(Self {
+            core,
+            tokens: tokens.min(model.context_length()),
+        })
     }
-    let mut out = Generation {
-        tokens: Vec::new(),
-        text: String::new(),
-        finish: FinishReason::Length,
-        prompt_tokens: prompt_ids.len(),
-        prefill_time: Duration::ZERO,
-        decode_times: Vec::new(),
-    };
-    if opts.max_tokens == 0 {
-        return Ok(out);
-    }
-    let cfg = EngineConfig {
-        scheduler: SchedulerConfig {
-            max_batched_tokens: PREFILL_CHUNK,
-            max_seqs: 1,
-        },
-        kv_budget: Some(KvBudget::Tokens(prompt_ids.len() + opts.max_tokens)),
-        max_waiting: 1,
-        default_timeout: None,
-        prefix_caching: false,
-        speculative: opts.speculative,
-        ..EngineConfig::default()
-    };
-    let mut core = match draft {
-        Some(d) => EngineCore::<B, M>::with_draft(model, d, tok, cfg)?,
-        None => EngineCore::<B, M>::new(model, tok, cfg)?,
-    };
-    let mut stream = core.add(Request {
-        prompt: prompt_ids.to_vec(),
-        max_tokens: opts.max_tokens,
-        sampling: opts.sampling.clone(),
-        stop_strings: opts.stop_strings.clone(),
-        stop_on_eos: opts.stop_on_eos,
-        timeout: None,
-        constraint: opts.constraint.clone(),
-        logprobs: None,
-    })?;
-    let t0 = Instant::now();
-    let mut last = t0;
-    loop {
-        core.step()?;
-        while let Some(ev) = stream.try_next() {
-            let (text, done) = match ev {
-                Event::Token { id, text, .. } => {
-                    let now = Instant::now();
-                    if out.tokens.is_empty() {
-                        out.prefill_time = now - t0;
-                    } else {
-                        out.decode_times.push(now - last);
+
+    /// Generates from `prompt_ids` as [`generate`] does; `Generation::cached_tokens` says how many
+    /// of the prompt's tokens came from earlier generations' KV.
+    pub fn generate(
+        &mut self,
+        prompt_ids: &[u32],
+        opts: &GenerateOptions,
+        on_text: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Generation> {
+        if prompt_ids.is_empty() {
+            return Err(RuntimeError::EmptyPrompt);
+        }
+        let ctx = opts.context.min(self.tokens);
+        if prompt_ids.len() + opts.max_tokens > ctx {
+            return Err(RuntimeError::ContextOverflow {
+                prompt: prompt_ids.len(),
+                max_new: opts.max_tokens,
+                ctx,
+            });
+        }
+        let mut out = Generation {
+            tokens: Vec::new(),
+            text: String::new(),
+            finish: FinishReason::Length,
+            prompt_tokens: prompt_ids.len(),
+            cached_tokens: 0,
+            prefill_time: Duration::ZERO,
+            decode_times: Vec::new(),
+        };
+        if opts.max_tokens == 0 {
+            return Ok(out);
+        }
+        let core = &mut self.core;
+        // A generation the caller stopped early leaves its sequence until a step finds its
+        // stream gone: let it go first.
+        while core.num_live() > 0 {
+            core.step()?;
+        }
+        let mut stream = core.add(Request {
+            prompt: prompt_ids.to_vec(),
+            max_tokens: opts.max_tokens,
+            sampling: opts.sampling.clone(),
+            stop_strings: opts.stop_strings.clone(),
+            stop_on_eos: opts.stop_on_eos,
+            timeout: None,
+            constraint: opts.constraint.clone(),
+            logprobs: None,
+        })?;
+        let t0 = Instant::now();
+        let mut last = t0;
+        loop {
+            core.step()?;
+            while let Some(ev) = stream.try_next() {
+                let (text, done) = match ev {
+                    Event::Token { id, text, .. } => {
+                        let now = Instant::now();
+                        if out.tokens.is_empty() {
+                            out.prefill_time = now - t0;
+                        } else {
+                            out.decode_times.push(now - last);
+                        }
+                        last = now;
+                        out.tokens.push(id);
+                        (text, None)
                     }
-                    last = now;
-                    out.tokens.push(id);
-                    (text, None)
+                    Event::Finished {
+                        reason,
+                        text,
+                        usage,
+                        ..
+                    } => {
+                        out.cached_tokens = usage.cached_tokens;
+                        (text, Some(reason))
+                    }
+                };
+                if !text.is_empty() {
+                    out.text.push_str(&text);
+                    if !on_text(&text) && done.is_none() {
+                        out.finish = FinishReason::Cancelled;
+                        return Ok(out);
+                    }
                 }
-                Event::Finished { reason, text, .. } => (text, Some(reason)),
-            };
-            if !text.is_empty() {
-                out.text.push_str(&text);
-                if !on_text(&text) && done.is_none() {
-                    out.finish = FinishReason::Cancelled;
+                if let Some(reason) = done {
+                    out.finish = reason;
                     return Ok(out);
                 }
             }
-            if let Some(reason) = done {
-                out.finish = reason;
+            if core.num_live() == 0 {
+                // Finished without a final event cannot happen; do not loop forever if it did.
                 return Ok(out);
             }
-        }
-        if core.num_live() == 0 {
-            // Finished without a final event cannot happen; do not loop forever if it did.
-            return Ok(out);
         }
     }
 }

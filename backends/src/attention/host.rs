@@ -76,8 +76,9 @@ pub(crate) fn host_kv_copy_block<D>(kv: &mut HostKv<D>, src: u32, dst: u32) {
 /// One task per (sequence, KV head), or per run of its queries when there are few such tasks: in a
 /// decode step each K/V row is widened to f32 once for every query head of the group; in a prefill
 /// chunk or a verify, once per block of [`BLOCK_POSITIONS`] positions, into f32 tiles. A decode
-/// query with few such tasks is split over its keys instead ([`attend_part`], merged by
-/// [`combine_parts`]): each part's probabilities are normalized within the part, so the result
+/// query with at least 2 × [`SPLIT_MIN_KEYS`] visible keys is split over its keys instead
+/// ([`attend_part`], merged by [`combine_parts`]), by its key count alone so that it computes the
+/// same alone or batched: each part's probabilities are normalized within the part, so the result
 /// differs from the whole softmax in rounding only.
 pub(crate) fn host_paged_attention<B: Backend>(
     kv: &mut HostKv<B::Device>,
@@ -128,15 +129,15 @@ pub(crate) fn host_paged_attention<B: Backend>(
         .flat_map(|si| {
             let s = &batch.seqs[si];
             let q_len = s.q_len;
-            // A decode query's visible keys split into parts (flash-decoding) when there are
-            // fewer (sequence, KV head) pairs than threads' worth of tasks: one sequence at depth
-            // then reads its cache on every core, whatever its KV head count.
+            // A decode query's visible keys split into parts (flash-decoding), by its own key
+            // count only — the same alone or batched, on any thread count — so one sequence at
+            // depth reads its cache on every core, whatever its KV head count.
             let keys = if q_len == 1 {
                 s.past + 1 - params.first_visible(s.past)
             } else {
                 0
             };
-            let parts = splits.min(keys / SPLIT_MIN_KEYS).max(1);
+            let parts = (keys / SPLIT_MIN_KEYS).clamp(1, SPLIT_MAX_PARTS);
             let per = q_len.div_ceil(splits.min(q_len).max(1)).max(1);
             (0..kvh)
                 .flat_map(move |g| {
@@ -235,6 +236,8 @@ pub(crate) fn host_paged_attention<B: Backend>(
 /// Keys per part below which a decode query's keys are not split further (each part is a task and
 /// a share of the combine).
 const SPLIT_MIN_KEYS: usize = 256;
+/// Most parts a decode query's keys are split into.
+const SPLIT_MAX_PARTS: usize = 8;
 
 /// One attention task: queries `queries` of sequence `si` for the query heads of KV head `g`, over
 /// all their visible keys, or over part `.0` of `.1` equal parts of them (a decode query split

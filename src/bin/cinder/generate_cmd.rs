@@ -5,6 +5,7 @@ use std::io::{BufRead, Write};
 use anyhow::{Context, Result};
 use cinder::prelude::*;
 use cinder::runtime::constraint::{Constraint, Grammars};
+use cinder::runtime::generate::Session;
 use cinder::runtime::tokenizer::{ChatMessage, Tokenizer, apply_chat_template};
 use clap::Args;
 
@@ -164,6 +165,7 @@ fn report(out: &Generation) {
     };
     tracing::info!(
         prompt_tokens = out.prompt_tokens,
+        cached_tokens = out.cached_tokens,
         generated = out.tokens.len(),
         finish = ?out.finish,
         prefill_ms = out.prefill_time.as_millis() as u64,
@@ -189,20 +191,23 @@ impl BackendTask for ChatTask {
             messages.push(ChatMessage::new("system", s.clone()));
         }
         let opts = a.sampling.options(&m.tokenizer)?;
-        let turn = |messages: &mut Vec<ChatMessage>, user: String| -> Result<()> {
+        // One engine core for the conversation, its KV pool the whole context: each turn finds
+        // the earlier turns' KV in the prefix cache and prefills only what is new.
+        let mut session = Session::new(
+            &m.model,
+            draft,
+            &m.tokenizer,
+            opts.context,
+            opts.speculative,
+            true,
+        )?;
+        let mut turn = |messages: &mut Vec<ChatMessage>, user: String| -> Result<()> {
             messages.push(ChatMessage::new("user", user));
             let text = apply_chat_template(&m.tokenizer, messages, true)?;
             // The template writes BOS itself where the model wants one, and its control tokens
             // (`<|im_start|>`, `<start_of_turn>`) must be parsed as such, not as text.
             let ids = m.tokenizer.tokenize(&text, false, true)?;
-            let out = generate_with_draft(
-                &m.model,
-                draft,
-                &m.tokenizer,
-                &ids,
-                &opts,
-                &mut stream_to_stdout,
-            )?;
+            let out = session.generate(&ids, &opts, &mut stream_to_stdout)?;
             println!();
             report(&out);
             messages.push(ChatMessage::new("assistant", out.text.trim().to_string()));
