@@ -1,7 +1,7 @@
 //! Anthropic's Messages API: `POST /v1/messages` (whole or streamed with Anthropic's event
 //! sequence) and `POST /v1/messages/count_tokens`, field names as in Anthropic's API reference so
 //! the official `anthropic` clients work unchanged. A translation layer only: the conversation goes
-//! through the shared chat path ([`crate::turn`]) — template, tools, forced-call grammar, the
+//! through the shared chat path (`turn.rs`) — template, tools, forced-call grammar, the
 //! engine, the call parser and the reasoning splitter — and errors come back in Anthropic's shape
 //! (`{"type": "error", "error": {"type", "message"}}`; a full queue is `529 overloaded_error`).
 

@@ -1,7 +1,7 @@
 //! OpenAI's Responses API: `POST /v1/responses` (whole or streamed with its typed events),
 //! `GET /v1/responses/{id}` and `DELETE /v1/responses/{id}`, field names as in OpenAI's API
 //! reference so the official clients work unchanged. A translation layer only: `input` items and
-//! `instructions` become a conversation for the shared chat path ([`crate::turn`]); its steps
+//! `instructions` become a conversation for the shared chat path (`turn.rs`); its steps
 //! become output items (`reasoning`, `message`, `function_call`). Stored responses (`store`,
 //! default true) carry their conversation, so a request with `previous_response_id` continues it
 //! ([`crate::store`]).
