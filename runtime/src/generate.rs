@@ -131,6 +131,18 @@ pub fn generate_with_draft<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
 /// common prefix in the cache, so turn N of a chat prefills only what turn N−1 did not hold (its
 /// answer's last partial block and the new message). Stepped on the caller's thread, as
 /// [`generate`].
+///
+/// ```no_run
+/// # use cinder_runtime::{InferenceBackend, model::CausalLm, tokenizer::Tokenizer};
+/// # fn f<B: InferenceBackend, M: CausalLm<B>>(model: &M, tok: &Tokenizer) -> cinder_runtime::Result<()> {
+/// use cinder_runtime::generate::{GenerateOptions, Session};
+/// let mut chat = Session::new(model, None, tok, 4096, None, true)?;
+/// let opts = GenerateOptions::default();
+/// let turn1 = tok.tokenize("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", false, true)?;
+/// let answer = chat.generate(&turn1, &opts, &mut |piece| { print!("{piece}"); true })?;
+/// // the next turn's prompt repeats this one and `answer.text`: their full KV blocks are cached
+/// # Ok(()) }
+/// ```
 pub struct Session<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> {
     core: EngineCore<'m, B, M>,
     /// most positions one generation may use: the pool's, capped by the model's context

@@ -21,6 +21,15 @@ pub struct Stored {
 }
 
 /// Past responses by id.
+///
+/// ```
+/// use std::time::Duration;
+/// use cinder_server::store::{ResponseStore, Stored};
+/// let store = ResponseStore::new(1000, Duration::from_secs(3600));
+/// store.put("resp_1".into(), Stored { response: serde_json::json!({}), conversation: vec![] });
+/// assert!(store.get("resp_1").is_some());
+/// assert!(store.delete("resp_1") && store.get("resp_1").is_none());
+/// ```
 #[derive(Debug)]
 pub struct ResponseStore {
     capacity: usize,
