@@ -272,6 +272,31 @@ fn combine_parts(parts: &[(Vec<f32>, Vec<f32>)], hd: usize, out: &mut [f32]) {
     }
 }
 
+/// The K/V rows of positions `range` of sequence `s`, KV head `g`, as runs of adjacent slots
+/// inside its blocks (`bs` positions each), into `out`.
+fn kv_runs<'a, D>(
+    kv: &'a HostKv<D>,
+    bs: usize,
+    s: &SeqSlice,
+    g: usize,
+    range: std::ops::Range<usize>,
+    out: &mut Vec<KvRun<'a>>,
+) {
+    let hd = kv.shape.head_dim;
+    out.clear();
+    let mut j = range.start;
+    while j < range.end {
+        let end = ((j / bs + 1) * bs).min(range.end);
+        let at = kv.offset(s.blocks[j / bs] as usize, g, j % bs);
+        let len = (end - j) * hd;
+        out.push(KvRun {
+            k: &kv.k[at..at + len],
+            v: &kv.v[at..at + len],
+        });
+        j = end;
+    }
+}
+
 /// Part `part.0` of `part.1` of a decode query's visible keys (sequence `s`, its one query), for
 /// the `group` query heads of KV head `g`: `([group, hd], log-sum-exp per head)`.
 #[allow(clippy::too_many_arguments)]
@@ -293,17 +318,7 @@ fn attend_part<D>(
     let n = s.past + 1 - lo;
     let (a, b) = (lo + n * part.0 / part.1, lo + n * (part.0 + 1) / part.1);
     let mut runs = Vec::new();
-    let mut j = a;
-    while j < b {
-        let end = ((j / bs + 1) * bs).min(b);
-        let at = kv.offset(s.blocks[j / bs] as usize, g, j % bs);
-        let len = (end - j) * hd;
-        runs.push(KvRun {
-            k: &kv.k[at..at + len],
-            v: &kv.v[at..at + len],
-        });
-        j = end;
-    }
+    kv_runs(kv, bs, s, g, a..b, &mut runs);
     let row = s.q_start;
     let mut q = qs[(row * h + g * group) * hd..(row * h + (g + 1) * group) * hd].to_vec();
     round_f16(isa, &mut q);
@@ -356,18 +371,7 @@ fn attend_group<D>(
         // Positions lo..hi that some query of the block sees (the first position sees the
         // earliest: a window's start only moves forward), as runs of slots inside blocks.
         let (lo, hi) = (params.first_visible(s.past + b0), s.past + b1);
-        runs.clear();
-        let mut j = lo;
-        while j < hi {
-            let end = ((j / bs + 1) * bs).min(hi);
-            let at = kv.offset(s.blocks[j / bs] as usize, g, j % bs);
-            let len = (end - j) * hd;
-            runs.push(KvRun {
-                k: &kv.k[at..at + len],
-                v: &kv.v[at..at + len],
-            });
-            j = end;
-        }
+        kv_runs(kv, bs, s, g, lo..hi, &mut runs);
         qr.clear();
         spans.clear();
         for i in b0..b1 {
