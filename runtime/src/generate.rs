@@ -112,9 +112,6 @@ pub fn generate_with_draft<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     opts: &GenerateOptions,
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<Generation> {
-    if prompt_ids.is_empty() {
-        return Err(RuntimeError::EmptyPrompt);
-    }
     let mut s = Session::new(
         model,
         draft,
@@ -165,7 +162,10 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> Session<'m, B, M> {
                 max_batched_tokens: PREFILL_CHUNK,
                 max_seqs: 1,
             },
-            kv_budget: Some(KvBudget::Tokens(tokens.max(1))),
+            // never more than the model can attend to: a request past it is refused, not allocated
+            kv_budget: Some(KvBudget::Tokens(
+                tokens.clamp(1, model.context_length().max(1)),
+            )),
             max_waiting: 1,
             default_timeout: None,
             prefix_caching,

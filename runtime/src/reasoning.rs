@@ -159,8 +159,13 @@ impl Splitter {
 
 /// A whole answer split into its reasoning and its answer text.
 pub fn split_all(r: Reasoning, text: &str) -> (String, String) {
+    split_pieces(r, &[text])
+}
+
+/// [`split_all`] over text that arrives in `pieces`.
+fn split_pieces(r: Reasoning, pieces: &[&str]) -> (String, String) {
     let mut s = Splitter::new(r);
-    let mut parts = s.feed(text);
+    let mut parts: Vec<Part> = pieces.iter().flat_map(|p| s.feed(p)).collect();
     parts.extend(s.finish());
     let (mut think, mut answer) = (String::new(), String::new());
     for p in parts {
@@ -185,19 +190,12 @@ mod tests {
     use super::*;
 
     fn split(r: bool, pieces: &[&str]) -> (String, String) {
-        let mut s = Splitter::new(Reasoning {
-            opened_by_prompt: r,
-        });
-        let mut parts: Vec<Part> = pieces.iter().flat_map(|p| s.feed(p)).collect();
-        parts.extend(s.finish());
-        let (mut think, mut answer) = (String::new(), String::new());
-        for p in parts {
-            match p {
-                Part::Reasoning(t) => think.push_str(&t),
-                Part::Answer(t) => answer.push_str(&t),
-            }
-        }
-        (think, answer)
+        split_pieces(
+            Reasoning {
+                opened_by_prompt: r,
+            },
+            pieces,
+        )
     }
 
     #[test]

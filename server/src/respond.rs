@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::ApiError;
 use crate::openai::{Common, Usage};
+use crate::turn::{Split, Step};
 use crate::{structured, tools};
 use cinder_runtime::reasoning;
 
@@ -256,10 +257,8 @@ struct Choice {
     first: bool,
     /// bytes of text sent so far (completions' `text_offset`)
     offset: usize,
-    /// splits content from function calls when the request has tools
-    parser: Option<tools::Parser>,
-    /// splits the reasoning out where the template marks it
-    think: Option<reasoning::Splitter>,
+    /// splits reasoning and function calls out of the content
+    split: Split,
     /// reasoning taken out and not yet sent
     new_reasoning: String,
     /// calls parsed and not yet sent
@@ -273,36 +272,13 @@ impl Choice {
     /// The content part of `text` (all of it without tools); calls found go to `new_calls`.
     /// `end`: the text is the last, so nothing is held back.
     fn content_of(&mut self, text: &str, end: bool) -> String {
-        let answer = match &mut self.think {
-            Some(t) => {
-                let mut parts = t.feed(text);
-                if end {
-                    parts.extend(t.finish());
-                }
-                let mut answer = String::new();
-                for p in parts {
-                    match p {
-                        reasoning::Part::Reasoning(r) => self.new_reasoning.push_str(&r),
-                        reasoning::Part::Answer(a) => answer.push_str(&a),
-                    }
-                }
-                answer
-            }
-            None => text.to_string(),
-        };
-        let text = answer.as_str();
-        let Some(p) = &mut self.parser else {
-            return text.to_string();
-        };
-        let mut pieces = p.feed(text);
-        if end {
-            pieces.extend(p.finish());
-        }
         let mut content = String::new();
-        for piece in pieces {
-            match piece {
-                tools::Piece::Content(c) => content.push_str(&c),
-                tools::Piece::Call(c) => self.new_calls.push(c),
+        for step in self.split.feed(text, end) {
+            match step {
+                Step::Text(t) => content.push_str(&t),
+                Step::Reasoning(r) => self.new_reasoning.push_str(&r),
+                Step::Call(c) => self.new_calls.push(c),
+                Step::End(_) => {}
             }
         }
         content
@@ -441,8 +417,7 @@ fn sse(
         .map(|_| Choice {
             first: true,
             offset: 0,
-            parser: parse.tools.clone().map(tools::Parser::new),
-            think: parse.reasoning.map(reasoning::Splitter::new),
+            split: Split::new(parse.tools.clone(), parse.reasoning),
             new_reasoning: String::new(),
             new_calls: Vec::new(),
             calls: 0,

@@ -196,7 +196,7 @@ fn append_input(conv: &mut Vec<ChatMessage>, input: &Value) -> Result<(), ApiErr
                 };
                 let out = match item.get("output") {
                     Some(Value::String(s)) => s.clone(),
-                    Some(v @ Value::Array(_)) => content_text(&json!({"c": v})["c"], &at)?,
+                    Some(v @ Value::Array(_)) => content_text(v, &at)?,
                     _ => {
                         return Err(bad(format!("{at}.output must be a string"), "input"));
                     }

@@ -120,12 +120,63 @@ pub(crate) struct Ending {
     pub usage: Usage,
 }
 
+/// Answer text taken apart as it streams: the reasoning splitter first (where the template marks
+/// reasoning), then the call parser over the answer part (where the request has tools).
+pub(crate) struct Split {
+    think: Option<reasoning::Splitter>,
+    parser: Option<tools::Parser>,
+}
+
+impl Split {
+    /// Parsing calls of `parse`'s functions, splitting `reasoning` out.
+    pub(crate) fn new(parse: Option<Vec<String>>, reasoning: Option<Reasoning>) -> Self {
+        Self {
+            think: reasoning.map(reasoning::Splitter::new),
+            parser: parse.map(tools::Parser::new),
+        }
+    }
+
+    /// The steps `text` completes (text, reasoning and calls; never [`Step::End`]); `end`: the
+    /// text is the last, so nothing is held back.
+    pub(crate) fn feed(&mut self, text: &str, end: bool) -> Vec<Step> {
+        let mut out = Vec::new();
+        let mut answer = String::new();
+        match &mut self.think {
+            Some(t) => {
+                let mut parts = t.feed(text);
+                if end {
+                    parts.extend(t.finish());
+                }
+                for p in parts {
+                    match p {
+                        reasoning::Part::Reasoning(r) => out.push(Step::Reasoning(r)),
+                        reasoning::Part::Answer(a) => answer.push_str(&a),
+                    }
+                }
+            }
+            None => answer.push_str(text),
+        }
+        let Some(p) = &mut self.parser else {
+            out.push(Step::Text(answer));
+            return out;
+        };
+        let mut pieces = p.feed(&answer);
+        if end {
+            pieces.extend(p.finish());
+        }
+        out.extend(pieces.into_iter().map(|piece| match piece {
+            tools::Piece::Content(c) => Step::Text(c),
+            tools::Piece::Call(c) => Step::Call(c),
+        }));
+        out
+    }
+}
+
 /// One answer's engine events as [`Step`]s. Dropping it cancels the request.
 pub(crate) struct Turn {
     s: AppState,
     stream: EventStream,
-    parser: Option<tools::Parser>,
-    think: Option<reasoning::Splitter>,
+    split: Split,
     clock: Clock,
     queue: VecDeque<Step>,
     ended: bool,
@@ -142,8 +193,7 @@ impl Turn {
         Self {
             s,
             stream,
-            parser: parse.map(tools::Parser::new),
-            think: reasoning.map(reasoning::Splitter::new),
+            split: Split::new(parse, reasoning),
             clock: Clock::new(),
             queue: VecDeque::new(),
             ended: false,
@@ -191,37 +241,10 @@ impl Turn {
         }
     }
 
-    /// Routes `text` through the reasoning splitter, then the answer part through the call parser.
+    /// Routes `text` through the splitter into the queue.
     fn feed(&mut self, text: &str, end: bool) {
-        let mut answer = String::new();
-        match &mut self.think {
-            Some(t) => {
-                let mut parts = t.feed(text);
-                if end {
-                    parts.extend(t.finish());
-                }
-                for p in parts {
-                    match p {
-                        reasoning::Part::Reasoning(r) => self.push(Step::Reasoning(r)),
-                        reasoning::Part::Answer(a) => answer.push_str(&a),
-                    }
-                }
-            }
-            None => answer.push_str(text),
-        }
-        let Some(p) = &mut self.parser else {
-            self.push(Step::Text(answer));
-            return;
-        };
-        let mut pieces = p.feed(&answer);
-        if end {
-            pieces.extend(p.finish());
-        }
-        for piece in pieces {
-            match piece {
-                tools::Piece::Content(c) => self.push(Step::Text(c)),
-                tools::Piece::Call(c) => self.push(Step::Call(c)),
-            }
+        for step in self.split.feed(text, end) {
+            self.push(step);
         }
     }
 
