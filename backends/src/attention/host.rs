@@ -125,46 +125,37 @@ pub(crate) fn host_paged_attention<B: Backend>(
     let pairs = batch.seqs.len() * kvh;
     let want = 4 * rayon::current_num_threads().max(1);
     let splits = want.div_ceil(pairs.max(1));
-    let tasks: Vec<Task> = (0..batch.seqs.len())
-        .flat_map(|si| {
-            let s = &batch.seqs[si];
-            let q_len = s.q_len;
-            // A decode query's visible keys split into parts (flash-decoding), by its own key
-            // count only — the same alone or batched, on any thread count — so one sequence at
-            // depth reads its cache on every core, whatever its KV head count.
-            let keys = if q_len == 1 {
-                s.past + 1 - params.first_visible(s.past)
+    let mut tasks: Vec<Task> = Vec::with_capacity(pairs);
+    for (si, s) in batch.seqs.iter().enumerate() {
+        let q_len = s.q_len;
+        // A decode query's visible keys split into parts (flash-decoding), by its own key count
+        // only — the same alone or batched, on any thread count — so one sequence at depth reads
+        // its cache on every core, whatever its KV head count.
+        let keys = if q_len == 1 {
+            s.past + 1 - params.first_visible(s.past)
+        } else {
+            0
+        };
+        let parts = (keys / SPLIT_MIN_KEYS).clamp(1, SPLIT_MAX_PARTS);
+        let per = q_len.div_ceil(splits.min(q_len).max(1)).max(1);
+        for g in 0..kvh {
+            if parts > 1 {
+                tasks.extend((0..parts).map(|p| Task {
+                    si,
+                    g,
+                    queries: 0..1,
+                    part: Some((p, parts)),
+                }));
             } else {
-                0
-            };
-            let parts = (keys / SPLIT_MIN_KEYS).clamp(1, SPLIT_MAX_PARTS);
-            let per = q_len.div_ceil(splits.min(q_len).max(1)).max(1);
-            (0..kvh)
-                .flat_map(move |g| {
-                    let split: Vec<Task> = (0..parts)
-                        .filter(|_| parts > 1)
-                        .map(|p| Task {
-                            si,
-                            g,
-                            queries: 0..1,
-                            part: Some((p, parts)),
-                        })
-                        .collect();
-                    let whole: Vec<Task> = (0..q_len)
-                        .step_by(per)
-                        .filter(|_| parts == 1)
-                        .map(|i0| Task {
-                            si,
-                            g,
-                            queries: i0..(i0 + per).min(q_len),
-                            part: None,
-                        })
-                        .collect();
-                    split.into_iter().chain(whole)
-                })
-                .collect::<Vec<_>>()
-        })
-        .collect();
+                tasks.extend((0..q_len).step_by(per).map(|i0| Task {
+                    si,
+                    g,
+                    queries: i0..(i0 + per).min(q_len),
+                    part: None,
+                }));
+            }
+        }
+    }
     let run = |t: &Task| match t.part {
         None => (
             attend_group(
