@@ -437,7 +437,7 @@ impl ArchConfig {
     /// ```no_run
     /// # fn f(c: &cinder_importer::ArchConfig) {
     /// if let Some(l) = c.get::<cinder_models::llama::LlamaConfig>() {
-    ///     println!("{} layers", l.n_layers);
+    ///     assert!(l.n_layers > 0);
     /// }
     /// # }
     /// ```

@@ -318,7 +318,7 @@ pub(crate) struct Loaded<T> {
 /// fn load<B: InferenceBackend>(device: &B::Device) -> cinder_importer::Result<()> {
 ///     let src = Source::open(std::path::Path::new("model.gguf"))?;
 ///     assert_eq!(src.format(), Format::Gguf);
-///     println!("{} with {} parameters", src.info().arch, src.info().n_params);
+///     tracing::info!(arch = %src.info().arch, params = src.info().n_params, "opened");
 ///     let model = src.build::<B>(device)?;
 ///     Ok(())
 /// }
