@@ -24,7 +24,7 @@ pub mod record;
 pub mod registry;
 mod source;
 
-pub use embedding::{load_embedder, load_text_embedder};
+pub use embedding::{EmbedderKind, EmbedderSource, load_embedder, load_text_embedder};
 pub use error::{ImportError, Result};
 pub use gguf_weights::{GgufWeights, StoredTensor, TableWeights, TensorStore};
 pub use import::{ImportOptions, import};

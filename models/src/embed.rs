@@ -1,18 +1,17 @@
 //! Sentence embeddings: tokenizer + [`Bert`] encoder + pooling (+ optional L2 normalization), the
 //! sentence-transformers recipe.
 //!
-//! Inputs are tokenized together, sorted by length and run in batches of at most
-//! [`SentenceEmbedder::max_batch`] sequences. A batch is not padded at all: its sequences are
-//! packed back to back and each attends only to itself (the shipped `tokenizer.json` of
-//! all-MiniLM-L6-v2 pads every input to 128 tokens; that setting is replaced). Results come back
-//! in input order.
-
-use std::path::Path;
+//! Inputs are tokenized by Cinder's [`Tokenizer`] (the same type the decoders use; a
+//! `tokenizer.json` runs end to end through it), truncated as sentence-transformers truncates them,
+//! sorted by length and run in batches of at most [`SentenceEmbedder::max_batch`] sequences. A
+//! batch is not padded at all: its sequences are packed back to back and each attends only to
+//! itself (the shipped `tokenizer.json` of all-MiniLM-L6-v2 pads every input to 128 tokens; that
+//! setting is dropped). Results come back in input order.
 
 use burn::tensor::{IndexingUpdateOp, Int, Tensor, TensorData};
 use cinder_runtime::InferenceBackend;
+use cinder_tokenizer::Tokenizer;
 use serde::{Deserialize, Serialize};
-use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 use crate::bert::Bert;
 use crate::error::{ModelError, Result};
@@ -101,12 +100,12 @@ impl<B: InferenceBackend> SentenceEmbedder<B> {
     pub fn new(
         name: &str,
         model: Bert<B>,
-        mut tokenizer: Tokenizer,
+        tokenizer: Tokenizer,
         pooling: Pooling,
         max_tokens: usize,
         device: B::Device,
     ) -> Result<Self> {
-        let vocab = tokenizer.get_vocab_size(true);
+        let vocab = tokenizer.vocab_size;
         let model_vocab = model.config().vocab_size;
         if vocab > model_vocab {
             return Err(bad(format!(
@@ -115,19 +114,6 @@ impl<B: InferenceBackend> SentenceEmbedder<B> {
             )));
         }
         let max_tokens = max_tokens.clamp(2, model.config().max_position_embeddings);
-        let mut padding = tokenizer.get_padding().cloned().unwrap_or(PaddingParams {
-            pad_id: 0,
-            pad_token: "[PAD]".into(),
-            ..PaddingParams::default()
-        });
-        padding.strategy = PaddingStrategy::BatchLongest;
-        tokenizer.with_padding(Some(padding));
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: max_tokens,
-                ..TruncationParams::default()
-            }))
-            .map_err(|e| bad(format!("truncation: {e}")))?;
         Ok(Self {
             model,
             tokenizer,
@@ -137,11 +123,6 @@ impl<B: InferenceBackend> SentenceEmbedder<B> {
             name: name.to_string(),
             device,
         })
-    }
-
-    /// Loads a `tokenizer.json`.
-    pub fn read_tokenizer(path: &Path) -> Result<Tokenizer> {
-        Tokenizer::from_file(path).map_err(|e| bad(format!("{}: {e}", path.display())))
     }
 
     /// The model's name (catalog name or directory).
@@ -186,44 +167,26 @@ impl<B: InferenceBackend> SentenceEmbedder<B> {
 
     /// Token ids of one text (with `[CLS]`/`[SEP]`, truncated, no padding).
     pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
-        let e = self
-            .tokenizer
-            .encode(text, true)
-            .map_err(|e| input_err(format!("tokenizing: {e}")))?;
-        Ok(e.get_ids().to_vec())
+        self.tokenizer
+            .encode_truncated(text, self.max_tokens)
+            .map_err(|e| input_err(format!("tokenizing: {e}")))
     }
 
     /// One vector per text, in input order; L2-normalized when `normalize` is set.
     pub fn embed(&self, texts: &[&str], normalize: bool) -> Result<Vec<Vec<f32>>> {
         check_texts(texts)?;
-        let encodings = self
-            .tokenizer
-            .encode_batch(texts.to_vec(), true)
-            .map_err(|e| input_err(format!("tokenizing: {e}")))?;
-        // Sort by real length so each batch pads little; remember where each result goes.
+        let encodings: Vec<Vec<u32>> = texts
+            .iter()
+            .map(|t| self.token_ids(t))
+            .collect::<Result<_>>()?;
+        // Sort by length so each batch holds alike sequences; remember where each result goes.
         let mut order: Vec<usize> = (0..texts.len()).collect();
-        let real_len = |i: usize| {
-            encodings[i]
-                .get_attention_mask()
-                .iter()
-                .filter(|&&m| m == 1)
-                .count()
-        };
-        order.sort_by_key(|&i| real_len(i));
+        order.sort_by_key(|&i| encodings[i].len());
         let mut out = vec![Vec::new(); texts.len()];
         for chunk in order.chunks(self.max_batch) {
-            let ids: Vec<Vec<u32>> = chunk
-                .iter()
-                .map(|&i| {
-                    let e = &encodings[i];
-                    let n = real_len(i);
-                    e.get_ids()[..n].to_vec()
-                })
-                .collect();
-            let types: Vec<Vec<u32>> = chunk
-                .iter()
-                .map(|&i| encodings[i].get_type_ids()[..real_len(i)].to_vec())
-                .collect();
+            let ids: Vec<Vec<u32>> = chunk.iter().map(|&i| encodings[i].clone()).collect();
+            // One sentence per input: every token is of type 0 (BERT's template `[CLS]:0 $A:0 [SEP]:0`).
+            let types: Vec<Vec<u32>> = ids.iter().map(|s| vec![0; s.len()]).collect();
             let vectors = self.embed_ids(&ids, &types, normalize)?;
             for (&i, v) in chunk.iter().zip(vectors) {
                 out[i] = v;

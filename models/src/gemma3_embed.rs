@@ -18,7 +18,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use cinder_runtime::InferenceBackend;
 use cinder_runtime::attention::{BidirectionalAttention, ContiguousKvCache};
 use cinder_runtime::model::CausalLm;
-use tokenizers::{Tokenizer, TruncationParams};
+use cinder_tokenizer::Tokenizer;
 
 use crate::decoder::LanguageModel;
 use crate::embed::{Pooling, check_texts, input_err};
@@ -125,7 +125,7 @@ impl<B: InferenceBackend> Gemma3Embedder<B> {
     pub fn new(
         name: &str,
         model: Gemma3<B>,
-        mut tokenizer: Tokenizer,
+        tokenizer: Tokenizer,
         pooling: Pooling,
         dense: Vec<Dense<B>>,
         bidirectional: bool,
@@ -136,7 +136,7 @@ impl<B: InferenceBackend> Gemma3Embedder<B> {
             reason,
         };
         let cfg = model.config();
-        let vocab = tokenizer.get_vocab_size(true);
+        let vocab = tokenizer.vocab_size;
         if vocab > cfg.vocab_size + 1 {
             // EmbeddingGemma's tokenizer has one added token past the table (`<image_soft_token>`),
             // which text never produces; more than that and the two do not belong together.
@@ -156,13 +156,6 @@ impl<B: InferenceBackend> Gemma3Embedder<B> {
             width = d.out_features();
         }
         let max_tokens = max_tokens.clamp(2, cfg.context_length);
-        tokenizer.with_padding(None);
-        tokenizer
-            .with_truncation(Some(TruncationParams {
-                max_length: max_tokens,
-                ..TruncationParams::default()
-            }))
-            .map_err(|e| bad(format!("truncation: {e}")))?;
         Ok(Self {
             model,
             tokenizer,
@@ -210,11 +203,9 @@ impl<B: InferenceBackend> Gemma3Embedder<B> {
     /// Token ids of one text (`<bos>` … `<eos>` as the tokenizer's post-processor adds them,
     /// truncated).
     pub fn token_ids(&self, text: &str) -> Result<Vec<u32>> {
-        let e = self
-            .tokenizer
-            .encode(text, true)
-            .map_err(|e| input_err(format!("tokenizing: {e}")))?;
-        Ok(e.get_ids().to_vec())
+        self.tokenizer
+            .encode_truncated(text, self.max_tokens)
+            .map_err(|e| input_err(format!("tokenizing: {e}")))
     }
 
     /// One vector per text, in input order; L2-normalized when `normalize`.

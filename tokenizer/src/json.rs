@@ -148,9 +148,15 @@ pub(super) fn build(path: &Path) -> Result<Tokenizer> {
     let text = std::fs::read_to_string(path).map_err(io)?;
     let json: Json = serde_json::from_str(&text)
         .map_err(|e| tok_err(format!("{}: not valid JSON: {e}", path.display())))?;
-    let tokenizer: tokenizers::Tokenizer = text
+    let mut tokenizer: tokenizers::Tokenizer = text
         .parse()
         .map_err(|e| tok_err(format!("{}: not a tokenizer.json: {e}", path.display())))?;
+    // A file's own truncation and padding (sentence-transformers exports carry both) would cut or pad
+    // every encoding; lengths are the caller's to set (`encode_truncated`).
+    tokenizer
+        .with_truncation(None)
+        .map_err(|e| tok_err(format!("{}: {e}", path.display())))?;
+    tokenizer.with_padding(None);
     let cfg: Option<Json> = path
         .parent()
         .map(|d| d.join("tokenizer_config.json"))

@@ -189,13 +189,12 @@ impl Tokenizer {
             return encode_json(tok, plain, text, add_special, parse_special);
         }
         let mut out = Vec::new();
-        let wpm = self.kind == TokenizerKind::WordPiece;
-        if add_special && self.add_bos {
-            out.push(
-                self.bos_id
-                    .ok_or_else(|| tok_err("add_bos is set but there is no BOS token"))?,
-            );
-        }
+        let (first, last) = if add_special {
+            self.special_ends()?
+        } else {
+            (None, None)
+        };
+        out.extend(first);
         let mut prev_special = true;
         for frag in self.vocab.partition(text, parse_special) {
             match frag {
@@ -223,19 +222,59 @@ impl Tokenizer {
                 }
             }
         }
-        if add_special && self.add_eos && !wpm {
-            out.push(
-                self.eos_id
-                    .ok_or_else(|| tok_err("add_eos is set but there is no EOS token"))?,
-            );
-        }
-        if add_special && self.add_sep && wpm {
-            out.push(
+        out.extend(last);
+        Ok(out)
+    }
+
+    /// The tokens `add_special` puts around a text: BOS before when the vocabulary adds it, and after
+    /// it EOS, or SEP for WordPiece.
+    fn special_ends(&self) -> Result<(Option<u32>, Option<u32>)> {
+        let first = match self.add_bos {
+            true => Some(
+                self.bos_id
+                    .ok_or_else(|| tok_err("add_bos is set but there is no BOS token"))?,
+            ),
+            false => None,
+        };
+        let last = match self.kind {
+            TokenizerKind::WordPiece if self.add_sep => Some(
                 self.sep_id
                     .ok_or_else(|| tok_err("add_sep is set but there is no SEP token"))?,
-            );
+            ),
+            TokenizerKind::WordPiece => None,
+            _ if self.add_eos => Some(
+                self.eos_id
+                    .ok_or_else(|| tok_err("add_eos is set but there is no EOS token"))?,
+            ),
+            _ => None,
+        };
+        Ok((first, last))
+    }
+
+    /// Tokenizes one input of an encoder (a sentence embedder): special tokens written in the text
+    /// are recognised, the special tokens are added, and a text too long keeps its first tokens —
+    /// the text's own tokens are cut so that, with the specials around them (`[CLS]` … `[SEP]`,
+    /// `<bos>` … `<eos>`), at most `max_tokens` ids remain. This is Hugging Face's right truncation
+    /// of a single sequence, so an encoder sees what sentence-transformers feeds it.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// # fn main() -> cinder_tokenizer::Result<()> {
+    /// let tok = cinder_tokenizer::Tokenizer::from_tokenizer_json("all-MiniLM-L6-v2/tokenizer.json")?;
+    /// let ids = tok.encode_truncated("a very long document ...", 128)?;
+    /// assert!(ids.len() <= 128);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn encode_truncated(&self, text: &str, max_tokens: usize) -> Result<Vec<u32>> {
+        if let Engine::HfJson { tok, .. } = &self.engine {
+            return truncate_json(tok, text, max_tokens);
         }
-        Ok(out)
+        let (first, last) = self.special_ends()?;
+        let mut ids = self.tokenize(text, false, true)?;
+        let added = usize::from(first.is_some()) + usize::from(last.is_some());
+        ids.truncate(max_tokens.saturating_sub(added));
+        Ok(first.into_iter().chain(ids).chain(last).collect())
     }
 
     /// A Hugging Face tokenizer equivalent to this one (added tokens, post-processor and decoder set
@@ -421,6 +460,25 @@ fn encode_json(
     let enc = tok
         .encode(text, add_special)
         .map_err(|e| tok_err(format!("tokenizing {text:?}: {e}")))?;
+    Ok(enc.get_ids().to_vec())
+}
+
+/// [`Tokenizer::encode_truncated`] through a `tokenizer.json`: its own encoding of the text alone,
+/// cut to leave room for the post-processor's special tokens, then post-processed, as Hugging Face
+/// does with a truncation length set.
+fn truncate_json(tok: &tokenizers::Tokenizer, text: &str, max_tokens: usize) -> Result<Vec<u32>> {
+    use tokenizers::{PostProcessor, TruncationDirection};
+    let hf = |e: tokenizers::Error| tok_err(format!("tokenizing {text:?}: {e}"));
+    let mut enc = tok.encode(text, false).map_err(hf)?;
+    let added = tok
+        .get_post_processor()
+        .map_or(0, |p| p.added_tokens(false));
+    enc.truncate(
+        max_tokens.saturating_sub(added),
+        0,
+        TruncationDirection::Right,
+    );
+    let enc = tok.post_process(enc, None, true).map_err(hf)?;
     Ok(enc.get_ids().to_vec())
 }
 

@@ -101,3 +101,65 @@ fn json_special_tokens_and_post_processor() {
     std::fs::write(missing.path().join("tokenizer.json"), "{\"not\": 1}").unwrap();
     assert!(Tokenizer::from_tokenizer_json(missing.path().join("tokenizer.json")).is_err());
 }
+
+/// `encode_truncated` cuts as Hugging Face's tokenizer does with a truncation length set (the
+/// sentence-transformers input path): the text's tokens are cut so the special tokens still fit.
+/// Checked on llama.cpp's test strings for a WordPiece (`[CLS]` … `[SEP]`) and a SentencePiece
+/// (BOS only) vocabulary, from the GGUF (Cinder's own tokenizer) and from the `tokenizer.json`.
+#[test]
+fn truncation_matches_hugging_face() {
+    use tokenizers::TruncationParams;
+    for name in ["bert-bge", "llama-spm"] {
+        let (tok, cases) = vocab(name);
+        let (_dir, json) = save_and_load(&tok, "{}");
+        for max in [3, 8, 16] {
+            let mut hf = tok.hf_tokenizer().unwrap();
+            hf.with_truncation(Some(TruncationParams {
+                max_length: max,
+                ..TruncationParams::default()
+            }))
+            .unwrap();
+            for (text, _) in &cases {
+                let want = hf.encode(text.as_str(), true).unwrap().get_ids().to_vec();
+                assert!(want.len() <= max);
+                for (what, t) in [("gguf", &tok), ("json", &json)] {
+                    let got = t.encode_truncated(text, max).unwrap();
+                    assert_eq!(got, want, "{name} {what}, max {max}: {text:?}");
+                }
+            }
+        }
+        // Long enough: nothing is cut, and it is `tokenize` with specials.
+        let t = "Hello world, and more words";
+        assert_eq!(
+            tok.encode_truncated(t, 512).unwrap(),
+            tok.tokenize(t, true, true).unwrap()
+        );
+    }
+}
+
+/// A `tokenizer.json` that carries its own truncation and padding (sentence-transformers exports
+/// do) encodes whole and unpadded: lengths are the caller's to set.
+#[test]
+fn a_files_truncation_and_padding_are_dropped() {
+    use tokenizers::{PaddingParams, PaddingStrategy, TruncationParams};
+    let (tok, _) = vocab("bert-bge");
+    let mut hf = tok.hf_tokenizer().unwrap();
+    hf.with_truncation(Some(TruncationParams {
+        max_length: 4,
+        ..TruncationParams::default()
+    }))
+    .unwrap();
+    hf.with_padding(Some(PaddingParams {
+        strategy: PaddingStrategy::Fixed(32),
+        ..PaddingParams::default()
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tokenizer.json");
+    hf.save(&path, false).unwrap();
+    let json = Tokenizer::from_tokenizer_json(&path).unwrap();
+    let text = "the quick brown fox jumps over the lazy dog";
+    let want = tok.encode(text, true).unwrap();
+    assert_eq!(want.len(), 11);
+    assert_eq!(json.encode(text, true).unwrap(), want);
+    assert_eq!(json.encode_truncated(text, 6).unwrap().len(), 6);
+}

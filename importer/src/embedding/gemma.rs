@@ -15,6 +15,7 @@ use cinder_models::embed::Pooling;
 use cinder_models::gemma3::{Gemma3, Gemma3Config};
 use cinder_models::gemma3_embed::{Dense, DenseActivation, Gemma3Embedder};
 use cinder_runtime::InferenceBackend;
+use cinder_tokenizer::Tokenizer;
 use serde_json::Value;
 
 use super::named::{F32Tensor, NamedWeights};
@@ -224,9 +225,31 @@ pub(super) fn modules(dir: &Path) -> Result<Vec<Module>> {
         .collect()
 }
 
+/// A `Dense` module as read from its folder, not yet on a device.
+pub(super) struct DenseParts {
+    w: Vec<f32>,
+    n_out: usize,
+    n_in: usize,
+    b: Option<Vec<f32>>,
+    activation: DenseActivation,
+}
+
+impl DenseParts {
+    fn build<B: InferenceBackend>(self, device: &B::Device) -> Result<Dense<B>> {
+        Ok(Dense::new(
+            self.w,
+            self.n_out,
+            self.n_in,
+            self.b,
+            self.activation,
+            device,
+        )?)
+    }
+}
+
 /// A `Dense` module's folder: `config.json` and `model.safetensors` (`linear.weight`,
 /// `linear.bias`).
-fn dense<B: InferenceBackend>(dir: &Path, device: &B::Device) -> Result<Dense<B>> {
+fn dense(dir: &Path) -> Result<DenseParts> {
     let cfg_path = dir.join("config.json");
     let cfg: Value = serde_json::from_str(&read_text(&cfg_path)?)
         .map_err(|e| file_err(&cfg_path, e.to_string()))?;
@@ -281,7 +304,13 @@ fn dense<B: InferenceBackend>(dir: &Path, device: &B::Device) -> Result<Dense<B>
             format!("tensor {extra:?} is not part of a Dense module"),
         ));
     }
-    Ok(Dense::new(w, n_out, n_in, b, activation, device)?)
+    Ok(DenseParts {
+        w,
+        n_out,
+        n_in,
+        b,
+        activation,
+    })
 }
 
 /// Adds 1 to every norm weight (`…norm.weight`): Hugging Face's Gemma norms scale by `1 + w`.
@@ -293,14 +322,28 @@ fn shift_norms(tensors: &mut HashMap<String, F32Tensor>) {
     }
 }
 
-/// Loads a Gemma 3 sentence-transformers folder (`config` is its parsed `config.json`).
-pub(super) fn load<B: InferenceBackend>(
-    name: &str,
-    weights: &Path,
-    dir: &Path,
-    config: &Value,
-    device: &B::Device,
-) -> Result<Gemma3Embedder<B>> {
+/// A Gemma 3 sentence-transformers folder as read (the encoder's config and tensors, the
+/// pipeline's pooling and Dense modules), not yet on a device.
+pub(super) struct GemmaParts {
+    pub config: Gemma3Config,
+    pub bidirectional: bool,
+    pub pooling: Pooling,
+    dense: Vec<DenseParts>,
+    tensors: HashMap<String, F32Tensor>,
+    prefix: String,
+    /// `max_seq_length` of `sentence_bert_config.json`
+    pub max_tokens: Option<usize>,
+}
+
+impl GemmaParts {
+    /// The vector width: the last Dense module's output, or the model's width.
+    pub fn dim(&self) -> usize {
+        self.dense.last().map_or(self.config.d_model, |d| d.n_out)
+    }
+}
+
+/// Reads a Gemma 3 sentence-transformers folder (`config` is its parsed `config.json`).
+pub(super) fn read(weights: &Path, dir: &Path, config: &Value) -> Result<GemmaParts> {
     let cfg_path = dir.join("config.json");
     let (cfg, bidirectional) = gemma3_config(config, &cfg_path)?;
     let mut pooling = Pooling::Mean;
@@ -313,7 +356,7 @@ pub(super) fn load<B: InferenceBackend>(
                 pooling =
                     Pooling::from_sentence_transformers(&read_text(&at.join("config.json"))?)?;
             }
-            (_, "Dense") => dense_layers.push(dense::<B>(&at, device)?),
+            (_, "Dense") => dense_layers.push(dense(&at)?),
             // the caller asks for normalization (the API's vectors are always normalized)
             (_, "Normalize") => {}
             (_, kind) => {
@@ -336,8 +379,36 @@ pub(super) fn load<B: InferenceBackend>(
     // a causal checkpoint's head (tied or not) does not take part in an embedding
     tensors.remove("lm_head.weight");
     shift_norms(&mut tensors);
+    Ok(GemmaParts {
+        config: cfg,
+        bidirectional,
+        pooling,
+        dense: dense_layers,
+        tensors,
+        prefix,
+        max_tokens: sentence_max_tokens(dir)?,
+    })
+}
+
+/// Builds the embedder of [`read`]'s parts on `device` (`weights` names the file in errors).
+pub(super) fn build<B: InferenceBackend>(
+    parts: GemmaParts,
+    name: &str,
+    tokenizer: Tokenizer,
+    weights: &Path,
+    device: &B::Device,
+) -> Result<Gemma3Embedder<B>> {
+    let GemmaParts {
+        config,
+        bidirectional,
+        pooling,
+        dense,
+        tensors,
+        prefix,
+        max_tokens,
+    } = parts;
     let mut src = NamedWeights::<B>::new(tensors, prefix, GEMMA3_HF_NAMES, device.clone());
-    let model = Gemma3::load(cfg, &mut src)?;
+    let model = Gemma3::load(config, &mut src)?;
     let left = src.remaining();
     if !left.is_empty() {
         return Err(file_err(
@@ -349,21 +420,18 @@ pub(super) fn load<B: InferenceBackend>(
             ),
         ));
     }
-    let tok_path = dir.join("tokenizer.json");
-    if !tok_path.is_file() {
-        return Err(file_err(dir, "tokenizer.json is missing beside the model"));
-    }
-    let tokenizer = tokenizers::Tokenizer::from_file(&tok_path)
-        .map_err(|e| file_err(&tok_path, e.to_string()))?;
-    let max_tokens = sentence_max_tokens(dir)?.unwrap_or(usize::MAX);
+    let dense = dense
+        .into_iter()
+        .map(|d| d.build::<B>(device))
+        .collect::<Result<Vec<_>>>()?;
     let e = Gemma3Embedder::new(
         name,
         model,
         tokenizer,
         pooling,
-        dense_layers,
+        dense,
         bidirectional,
-        max_tokens,
+        max_tokens.unwrap_or(usize::MAX),
     )?;
     tracing::info!(
         model = name,

@@ -11,17 +11,20 @@ mod named;
 pub mod onnx;
 mod onnx_proto;
 pub mod safetensors;
+mod source;
 
 use std::path::{Path, PathBuf};
 
 use cinder_models::bert::{Bert, BertConfig};
-use cinder_models::decoder_embed::{DecoderEmbedder, DecoderPooling, Embedder};
+use cinder_models::decoder_embed::Embedder;
 use cinder_models::embed::{Pooling, SentenceEmbedder};
 #[cfg(doc)]
-use cinder_models::gemma3_embed::Gemma3Embedder;
+use cinder_models::{decoder_embed::DecoderEmbedder, gemma3_embed::Gemma3Embedder};
 use cinder_runtime::InferenceBackend;
+use cinder_tokenizer::Tokenizer;
 
 pub use named::{F32Tensor, NamedWeights, bert_prefix};
+pub use source::{EmbedderKind, EmbedderSource};
 
 use crate::arch::BERT_HF_NAMES;
 use crate::error::{ImportError, Result};
@@ -86,17 +89,33 @@ pub fn load_embedder<B: InferenceBackend>(
     path: &Path,
     device: &B::Device,
 ) -> Result<SentenceEmbedder<B>> {
-    let (weights, dir) = locate(path, Format::detect(path)?)?;
-    load_bert(name, &weights, &dir, device)
+    let format = Format::detect(path)?;
+    locate(path, format)?;
+    let src = EmbedderSource::open_as(path, format)?;
+    if src.kind() != EmbedderKind::Bert {
+        return Err(file_err(
+            path,
+            "a Gemma 3 embedding model, not a BERT encoder: load it with load_text_embedder",
+        ));
+    }
+    match src.build::<B>(name, device)? {
+        Embedder::Sentence(e) => Ok(*e),
+        _ => Err(file_err(path, "not a BERT encoder")),
+    }
 }
 
-/// [`load_embedder`] from its located weights file and folder.
-fn load_bert<B: InferenceBackend>(
-    name: &str,
-    weights: &Path,
-    dir: &Path,
-    device: &B::Device,
-) -> Result<SentenceEmbedder<B>> {
+/// A BERT encoder as read from a sentence-transformers folder or an ONNX graph, not yet on a
+/// device.
+pub(crate) struct BertParts {
+    pub config: BertConfig,
+    tensors: std::collections::HashMap<String, F32Tensor>,
+    prefix: String,
+    pub pooling: Pooling,
+    pub max_tokens: usize,
+}
+
+/// Reads a BERT encoder from its located weights file and folder.
+pub(crate) fn read_bert(weights: &Path, dir: &Path) -> Result<BertParts> {
     let is_onnx = weights
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("onnx"));
@@ -142,11 +161,6 @@ fn load_bert<B: InferenceBackend>(
         })?;
         (config, tensors, prefix)
     };
-    let tok_path = dir.join("tokenizer.json");
-    if !tok_path.is_file() {
-        return Err(file_err(dir, "tokenizer.json is missing beside the model"));
-    }
-    let tokenizer = SentenceEmbedder::<B>::read_tokenizer(&tok_path)?;
     let pooling_path = dir.join("1_Pooling").join("config.json");
     let pooling = if pooling_path.is_file() {
         Pooling::from_sentence_transformers(&read_text(&pooling_path)?)?
@@ -154,6 +168,29 @@ fn load_bert<B: InferenceBackend>(
         Pooling::Mean
     };
     let max_tokens = sentence_max_tokens(dir)?.unwrap_or(config.max_position_embeddings);
+    Ok(BertParts {
+        config,
+        tensors,
+        prefix,
+        pooling,
+        max_tokens,
+    })
+}
+
+/// Builds the embedder of [`read_bert`]'s parts on `device`.
+pub(crate) fn build_bert<B: InferenceBackend>(
+    parts: BertParts,
+    name: &str,
+    tokenizer: Tokenizer,
+    device: &B::Device,
+) -> Result<SentenceEmbedder<B>> {
+    let BertParts {
+        config,
+        tensors,
+        prefix,
+        pooling,
+        max_tokens,
+    } = parts;
     let mut src = NamedWeights::<B>::new(tensors, prefix, BERT_HF_NAMES, device.clone());
     let model = Bert::load(config, &mut src)?;
     let embedder =
@@ -191,47 +228,5 @@ pub fn load_text_embedder<B: InferenceBackend>(
     path: &Path,
     device: &B::Device,
 ) -> Result<Embedder<B>> {
-    let format = Format::detect(path)?;
-    if format != Format::Gguf {
-        let (weights, dir) = locate(path, format)?;
-        let cfg_path = dir.join("config.json");
-        let is_st = weights
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"));
-        if is_st && cfg_path.is_file() {
-            let json: serde_json::Value = serde_json::from_str(&read_text(&cfg_path)?)
-                .map_err(|e| file_err(&cfg_path, e.to_string()))?;
-            if gemma::is_gemma3(&json) {
-                let e = gemma::load::<B>(name, &weights, &dir, &json, device)?;
-                return Ok(Embedder::Gemma(Box::new(e)));
-            }
-        }
-        return Ok(Embedder::Sentence(Box::new(load_bert(
-            name, &weights, &dir, device,
-        )?)));
-    }
-    let f = cinder_gguf::GgufFile::open(path)?;
-    let arch = f.architecture()?.to_string();
-    let key = format!("{arch}.pooling_type");
-    let code = f.opt_u64(&key)?.ok_or_else(|| {
-        file_err(
-            path,
-            format!("no {key}: a generative model, not an embedding model"),
-        )
-    })?;
-    let pooling = DecoderPooling::from_gguf(code).ok_or_else(|| {
-        ImportError::Unsupported(format!(
-            "{key} = {code}: Cinder pools by mean (1), first token (2) or last token (3)"
-        ))
-    })?;
-    let dim = f.get_u64(&format!("{arch}.embedding_length"))? as usize;
-    drop(f);
-    let m = crate::load_model::<B>(path, device)?;
-    Ok(Embedder::Decoder(DecoderEmbedder::new(
-        name,
-        m.model,
-        m.tokenizer,
-        pooling,
-        dim,
-    )))
+    EmbedderSource::open(path)?.build::<B>(name, device)
 }

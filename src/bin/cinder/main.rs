@@ -1,20 +1,16 @@
 //! The `cinder` command line. Results go to stdout; logs and progress go to stderr.
 
-mod bench;
-mod bench_embed;
-mod bench_engine;
-mod bench_grammar;
-mod bench_spec;
 mod embed_cmd;
 mod engine_flags;
-mod eval_quant;
 mod generate_cmd;
 mod import_cmd;
 mod index_cmd;
 mod info;
-mod perplexity;
+mod measure;
 mod quantize;
 mod serve;
+
+use measure::{bench, embed as bench_embed, eval_quant, perplexity};
 
 use std::path::PathBuf;
 
@@ -55,27 +51,28 @@ enum Command {
     Run(generate_cmd::RunArgs),
     /// Chat with the model using its chat template (interactive, or one turn with --prompt).
     Chat(generate_cmd::ChatArgs),
-    /// Score a text file the way llama-perplexity does.
-    Perplexity(perplexity::PerplexityArgs),
-    /// Show architecture, sizes, tensor types, tokenizer and checksum of a model.
-    Info(info::InfoArgs),
-    /// Measure prompt-processing and generation speed.
-    Bench(bench::BenchArgs),
-    /// Download a catalog model into the cache (or list the catalog).
-    Pull(PullArgs),
-    /// Rewrite a GGUF file with its weights in another block format (ggml's reference quantizers).
-    Quantize(quantize::QuantizeArgs),
-    /// Quantize a model to several types from an F16 baseline and compare their quality (PPL, KLD)
-    #[command(name = "eval-quant")]
-    EvalQuant(eval_quant::EvalQuantArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (and gRPC).
     Serve(serve::ServeArgs),
-    /// Import a GGUF file or an HF SafeTensors checkpoint into a verified record directory.
-    Import(import_cmd::ImportArgs),
     /// Turn texts into sentence embeddings.
     Embed(embed_cmd::EmbedArgs),
     /// Create, fill and search vector indexes.
     Index(index_cmd::IndexArgs),
+    /// Download a catalog model into the cache (or list the catalog).
+    Pull(PullArgs),
+    /// Show architecture, sizes, tensor types, tokenizer and checksum of a model.
+    Info(info::InfoArgs),
+    /// Import a GGUF file or an HF SafeTensors checkpoint into a verified record directory.
+    Import(import_cmd::ImportArgs),
+    /// Rewrite a GGUF file with its weights in another block format (ggml's reference quantizers).
+    Quantize(quantize::QuantizeArgs),
+    // The measuring commands (`measure/`).
+    /// Measure prompt-processing and generation speed.
+    Bench(bench::BenchArgs),
+    /// Score a text file the way llama-perplexity does.
+    Perplexity(perplexity::PerplexityArgs),
+    /// Quantize a model to several types from an F16 baseline and compare their quality (PPL, KLD)
+    #[command(name = "eval-quant")]
+    EvalQuant(eval_quant::EvalQuantArgs),
     /// Measure sentence-embedding throughput (sentences/s) per batch size.
     #[command(name = "bench-embed")]
     BenchEmbed(bench_embed::BenchEmbedArgs),

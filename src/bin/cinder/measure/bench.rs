@@ -5,7 +5,7 @@ use cinder::backends::BackendKind;
 use cinder::prelude::*;
 use clap::Args;
 
-use crate::bench_engine::{self, run_batch};
+use super::engine::{self, run_batch};
 
 /// `cinder bench MODEL`
 #[derive(Args, Debug)]
@@ -124,7 +124,7 @@ impl BackendTask for Task {
         if depth > 0 && !cfg.prefix_caching {
             anyhow::bail!("--depth keeps its tokens in the prefix cache: drop --no-prefix-cache");
         }
-        let engine = bench_engine::start(&m, &cfg, 1, depth > 0)?;
+        let engine = engine::start(&m, &cfg, 1, depth > 0)?;
         let h = engine.handle();
         if depth > 0 {
             // Fill the depth once; every test then finds it in the prefix cache.
@@ -180,7 +180,7 @@ impl BackendTask for Task {
             .concurrency
             .iter()
             .map(|&c| {
-                bench_engine::concurrency_level(
+                engine::concurrency_level(
                     &m,
                     &cfg,
                     c,
@@ -191,7 +191,7 @@ impl BackendTask for Task {
             })
             .collect::<Result<Vec<_>>>()?;
         let prefix = if a.cached_prefix > 0 {
-            Some(bench_engine::prefix_ttft(&m, &cfg, a.cached_prefix, reps)?)
+            Some(engine::prefix_ttft(&m, &cfg, a.cached_prefix, reps)?)
         } else {
             None
         };
@@ -200,7 +200,7 @@ impl BackendTask for Task {
                 let text = std::fs::read_to_string(p)
                     .with_context(|| format!("reading {}", p.display()))?;
                 let draft = a.engine.spec.load_draft(&loader, &m, &device)?;
-                Some(crate::bench_spec::run(
+                Some(super::spec::run(
                     &m,
                     &cfg,
                     &text,
@@ -220,7 +220,7 @@ impl BackendTask for Task {
                 let text = std::fs::read_to_string(p)
                     .with_context(|| format!("reading {}", p.display()))?;
                 let c = a.concurrency.iter().copied().max().unwrap_or(8);
-                Some(crate::bench_grammar::run(
+                Some(super::grammar::run(
                     &m,
                     &cfg,
                     &text,

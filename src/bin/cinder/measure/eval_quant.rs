@@ -106,7 +106,7 @@ impl BackendTask for Task {
             crate::quantize::target(ty).context("--types")?;
         }
         let src = crate::resolve_model(&a.model)?;
-        let text = crate::perplexity::read_text(&a.file)?;
+        let text = super::perplexity::read_text(&a.file)?;
         let (dir, temporary) = match &a.work_dir {
             Some(d) => (d.clone(), false),
             None => (
