@@ -335,6 +335,14 @@ fn qwen2_biases_and_tied_head_match_llama_cpp() {
     check("qwen2-tied-tiny");
 }
 
+/// Qwen3 with YaRN scaling (a 4x extension of an original context of 16 tokens, which every
+/// prompt passes): the ramp between kept and interpolated rotation pairs and the attention factor
+/// against llama.cpp's.
+#[test]
+fn qwen3_yarn_matches_llama_cpp() {
+    check("qwen3-yarn-tiny");
+}
+
 // ---- checkpoints saved by transformers ---------------------------------------------------------
 
 /// Bars for a checkpoint read from SafeTensors against the transformers forward of the same
@@ -369,8 +377,8 @@ fn check_hf(model: &'static str) {
 }
 
 /// Llama, Qwen2 (biases, tied head), Qwen3 (Q/K norms, a head width apart from hidden/heads),
-/// Phi-3 (fused `qkv_proj` and `gate_up_proj`) and Mixtral (`block_sparse_moe` experts) as
-/// transformers saves them, in float32 and bfloat16, with its config keys (`rope_parameters`)
+/// Phi-3 (fused `qkv_proj` and `gate_up_proj`), Mixtral (`block_sparse_moe` experts) and Qwen3
+/// with YaRN (`rope_type` yarn past an original context of 16) as transformers saves them, in float32 and bfloat16, with its config keys (`rope_parameters`)
 /// and tokenizer files.
 #[test]
 fn transformers_checkpoints_match_transformers() {
@@ -382,6 +390,7 @@ fn transformers_checkpoints_match_transformers() {
         "qwen3-f32",
         "phi3-f32",
         "mixtral-f32",
+        "qwen3-yarn-f32",
     ] {
         check_hf(model);
     }

@@ -317,7 +317,8 @@ fn hf_safetensors_checkpoints_match_the_gguf() {
 /// `block_sparse_moe` names among them) map through the name table, Phi-3's LongRoPE config picks the same
 /// factors and attention factor as its GGUF, and Llama 3's `rope_scaling` (type `llama3`, the parameters
 /// `benches/reference/tiny_models.py` computed its `rope_freqs` from) gives the same frequency
-/// factors: logits equal bit for bit to the F32 GGUF of the same weights.
+/// factors, as its YaRN `rope_scaling` gives the YaRN of the GGUF's metadata: logits equal bit for
+/// bit to the F32 GGUF of the same weights.
 #[test]
 fn hf_checkpoints_of_each_architecture_match_their_gguf() {
     struct Same(PathBuf, PathBuf);
@@ -340,6 +341,9 @@ fn hf_checkpoints_of_each_architecture_match_their_gguf() {
     let tiny = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tiny");
     let llama3_scaling = json!({"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
         "high_freq_factor": 4.0, "original_max_position_embeddings": 16});
+    // what benches/reference/tiny_models.py wrote into qwen3-yarn-tiny's metadata
+    let yarn_scaling = json!({"rope_type": "yarn", "factor": 4.0,
+        "original_max_position_embeddings": 16});
     for (name, scaling) in [
         ("llama3-tiny", Some(llama3_scaling)),
         ("qwen3-tiny", None),
@@ -347,6 +351,7 @@ fn hf_checkpoints_of_each_architecture_match_their_gguf() {
         ("qwen3moe-tiny", None),
         ("olmoe-tiny", None),
         ("mixtral-tiny", None),
+        ("qwen3-yarn-tiny", Some(yarn_scaling.clone())),
     ] {
         let f32_gguf = tmp.path().join(format!("{name}-f32.gguf"));
         write_f32_gguf(&tiny.join(format!("{name}.gguf")), &f32_gguf);
@@ -354,6 +359,17 @@ fn hf_checkpoints_of_each_architecture_match_their_gguf() {
         write_hf_from_gguf(&f32_gguf, &hf, scaling);
         on_cpu(Same(f32_gguf, hf));
     }
+    // YaRN without the original context its ramp is anchored to is refused, naming it.
+    let f32_gguf = tmp.path().join("qwen3-yarn-tiny-f32.gguf");
+    let hf = tmp.path().join("yarn-no-orig");
+    let mut no_orig = yarn_scaling;
+    no_orig
+        .as_object_mut()
+        .expect("object")
+        .remove("original_max_position_embeddings");
+    write_hf_from_gguf(&f32_gguf, &hf, Some(no_orig));
+    let e = on_cpu(Load(hf)).expect_err("YaRN without its original context loaded");
+    assert!(e.contains("original_max_position_embeddings"), "{e}");
 }
 
 // ---- bad SafeTensors --------------------------------------------------------------------------
@@ -538,9 +554,13 @@ fn rope_permutation_matches_llama_cpp() {
     );
 }
 
-/// SmolLM2's GGUF rewritten with one extra metadata pair and/or one extra F32 tensor.
-fn smollm2_with(dst: &Path, extra_kv: Option<(&str, &str)>, extra_tensor: Option<(&str, usize)>) {
-    use cinder::gguf::{GgufFile, Value, writer::GgufWriter};
+/// SmolLM2's GGUF rewritten with extra metadata pairs and/or one extra F32 tensor.
+fn smollm2_with(
+    dst: &Path,
+    extra_kv: &[(&str, cinder::gguf::Value)],
+    extra_tensor: Option<(&str, usize)>,
+) {
+    use cinder::gguf::{GgufFile, writer::GgufWriter};
     let f = GgufFile::open(model_path("smollm2-135m")).expect("gguf");
     let mut w = GgufWriter::new();
     for (k, v) in f.metadata() {
@@ -548,8 +568,8 @@ fn smollm2_with(dst: &Path, extra_kv: Option<(&str, &str)>, extra_tensor: Option
             w.add_kv(k.clone(), v.clone()).expect("kv");
         }
     }
-    if let Some((k, v)) = extra_kv {
-        w.add_kv(k, Value::String(v.into())).expect("kv");
+    for (k, v) in extra_kv {
+        w.add_kv(*k, v.clone()).expect("kv");
     }
     for info in f.tensors() {
         w.add_tensor(
@@ -567,33 +587,59 @@ fn smollm2_with(dst: &Path, extra_kv: Option<(&str, &str)>, extra_tensor: Option
     w.write_file(dst).expect("write gguf");
 }
 
-/// A tensor or a RoPE scaling the graph would not apply (an MoE router, YaRN) is refused with its
-/// name, never ignored; Llama 3's `rope_freqs` is applied (`tests/architectures.rs` checks its effect
+/// A tensor or a RoPE scaling the graph would not apply (an MoE router, an unknown scaling type) is
+/// refused with its name, never ignored; Llama 3's `rope_freqs` is applied (`tests/architectures.rs` checks its effect
 /// against llama.cpp) and refused when its length does not fit the rotated dims; the unmodified
 /// rewrite still loads.
 #[test]
 fn tensors_and_scalings_cinder_does_not_apply_are_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let plain = dir.path().join("plain.gguf");
-    smollm2_with(&plain, None, None);
+    smollm2_with(&plain, &[], None);
     on_cpu(Load(plain)).expect("the rewritten file loads");
     // SmolLM2 rotates 64 dims per head: 32 frequency factors.
     let freqs = dir.path().join("freqs.gguf");
-    smollm2_with(&freqs, None, Some(("rope_freqs.weight", 32)));
+    smollm2_with(&freqs, &[], Some(("rope_freqs.weight", 32)));
     on_cpu(Load(freqs)).expect("rope_freqs is applied");
     let short = dir.path().join("short_freqs.gguf");
-    smollm2_with(&short, None, Some(("rope_freqs.weight", 31)));
+    smollm2_with(&short, &[], Some(("rope_freqs.weight", 31)));
     let e = on_cpu(Load(short)).expect_err("31 factors for 32 pairs loaded");
     assert!(e.contains("rope_freqs.weight"), "{e}");
     let router = dir.path().join("router.gguf");
-    smollm2_with(&router, None, Some(("blk.0.ffn_gate_inp.weight", 576)));
+    smollm2_with(&router, &[], Some(("blk.0.ffn_gate_inp.weight", 576)));
     let e = on_cpu(Load(router)).expect_err("an MoE router loaded");
     assert!(e.contains("blk.0.ffn_gate_inp.weight"), "{e}");
+    // YaRN is applied (`tests/architectures.rs` checks it against llama.cpp and transformers), but
+    // not without the original context its ramp is anchored to; an unknown scaling is refused.
+    use cinder::gguf::Value;
+    let ty = |t: &str| ("llama.rope.scaling.type", Value::String(t.into()));
+    let factor = ("llama.rope.scaling.factor", Value::F32(4.0));
     let yarn = dir.path().join("yarn.gguf");
-    smollm2_with(&yarn, Some(("llama.rope.scaling.type", "yarn")), None);
-    let e = on_cpu(Load(yarn)).expect_err("YaRN loaded");
+    smollm2_with(
+        &yarn,
+        &[
+            ty("yarn"),
+            factor.clone(),
+            (
+                "llama.rope.scaling.original_context_length",
+                Value::U32(2048),
+            ),
+        ],
+        None,
+    );
+    on_cpu(Load(yarn)).expect("YaRN with its factor and original context loads");
+    let no_orig = dir.path().join("yarn_no_orig.gguf");
+    smollm2_with(&no_orig, &[ty("yarn"), factor], None);
+    let e = on_cpu(Load(no_orig)).expect_err("YaRN without its original context loaded");
     assert!(
-        e.contains("llama.rope.scaling.type") && e.contains("yarn"),
+        e.contains("llama.rope.scaling.original_context_length") && e.contains("yarn"),
+        "{e}"
+    );
+    let dynamic = dir.path().join("dynamic.gguf");
+    smollm2_with(&dynamic, &[ty("dynamic")], None);
+    let e = on_cpu(Load(dynamic)).expect_err("an unknown RoPE scaling loaded");
+    assert!(
+        e.contains("llama.rope.scaling.type") && e.contains("dynamic"),
         "{e}"
     );
 }

@@ -71,6 +71,12 @@ CHECKPOINTS = {
     "mixtral-f32": ("MixtralForCausalLM", "MixtralConfig",
                     dict(COMMON, rope_theta=1000000.0, tie_word_embeddings=False,
                          num_local_experts=4, num_experts_per_tok=2), torch.float32),
+    # Qwen3 with YaRN: a 4x extension of an original context of 16, which the prompts pass
+    "qwen3-yarn-f32": ("Qwen3ForCausalLM", "Qwen3Config",
+                       dict(COMMON, head_dim=32, tie_word_embeddings=True,
+                            rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                                 original_max_position_embeddings=16)),
+                       torch.float32),
 }
 
 

@@ -8,6 +8,7 @@ Q4_0, Q4_1, Q4_K, Q6_K), so the graph and the dequantization are both exercised.
 stores its projections fused, as Phi-3 files do. The weights are
 drawn so that the model is not degenerate: attention scores and logits have a spread of a few units,
 and for `llama3-tiny` the RoPE frequency factors (`rope_freqs`) change the logits at short positions.
+`qwen3-yarn-tiny` has YaRN scaling over an original context of 16 tokens, which the prompts pass.
 
 Usage (numpy and the `gguf` package from PyPI):
     python3 benches/reference/tiny_models.py SMOLLM2.gguf OUT_DIR [MODEL ...]
@@ -233,6 +234,17 @@ MODELS = {
                    attn_output=T.Q5_1, ffn_gate=T.Q4_0, ffn_up=T.Q4_1, ffn_down=T.Q4_K),
         seed=8,
     ),
+    "qwen3-yarn-tiny": dict(
+        arch="qwen3",
+        # YaRN (Qwen2.5 / Qwen3 past 32k) shrunk to this scale: a 4x extension of an original
+        # context of 16, so the prompts run past it; 64-wide heads at base 10,000 put the ramp
+        # between extrapolated and interpolated pairs over pairs 0-4 (0.75, 0.5, 0.25 in between)
+        d=128, ff=256, heads=4, kv_heads=2, head_dim=64, layers=2, theta=10000.0,
+        rope_freqs=None, yarn=dict(factor=4.0, original_ctx=16),
+        types=dict(token_embd=T.Q8_0, attn_q=T.F16, attn_k=T.Q8_0, attn_v=T.Q5_0,
+                   attn_output=T.Q4_K, ffn_gate=T.Q4_1, ffn_up=T.Q8_0, ffn_down=T.Q6_K),
+        seed=9,
+    ),
     "mixtral-tiny": dict(
         arch="llama",
         # Mixtral: a Llama file whose MLPs are mixtures of experts (interleaved RoPE)
@@ -275,6 +287,11 @@ def write_model(name, spec, tokenizer_src, out_dir):
         w.add_expert_used_count(spec["moe"]["used"])
         if spec["moe"].get("width_key", True):
             w.add_expert_feed_forward_length(ff)
+    if spec.get("yarn"):
+        # what the converter writes for an HF rope_scaling of type yarn
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(spec["yarn"]["factor"])
+        w.add_rope_scaling_orig_ctx_len(spec["yarn"]["original_ctx"])
     if arch == "phi3":
         # what the converter writes for a LongRoPE Phi (llama.cpp ignores Phi's sliding window):
         # the context (2048) exceeds the original (256), so the long factors apply

@@ -3,6 +3,7 @@
 
 use cinder_gguf::{GgufError, GgufFile};
 use cinder_models::gemma3::Gemma3Config;
+use cinder_models::layers::Yarn;
 use cinder_models::llama::{LlamaConfig, QkNorm, RopeLayout};
 use cinder_models::moe::MoeConfig;
 
@@ -202,16 +203,55 @@ fn dims(f: &GgufFile, arch: &str) -> Result<Dims> {
     })
 }
 
+/// The RoPE scaling of a Llama-family file: linear (a factor), YaRN, or none (`(1, None)`).
+fn rope_scaling(f: &GgufFile, arch: &str) -> Result<(f64, Option<Yarn>)> {
+    let k = key(arch, "rope.scaling.type");
+    match f.get(&k).map(|v| v.as_str()) {
+        Some(Some("yarn")) => Ok((1.0, Some(gguf_yarn(f, arch)?))),
+        _ => Ok((rope_linear_scale(f, arch)?, None)),
+    }
+}
+
+/// YaRN from `rope.scaling.*`, as llama.cpp reads it for the Llama family: the factor and the
+/// original context are required (without the original context the ramp has no anchor; llama.cpp
+/// would fall back to the trained context, which the converter sets to the extended one), the betas
+/// default to 32 and 1, and the attention factor is `1 + 0.1 · ln(factor)` (times
+/// `rope.scaling.attn_factor`, applied as for any file).
+fn gguf_yarn(f: &GgufFile, arch: &str) -> Result<Yarn> {
+    let missing = |what: &str| {
+        ImportError::Config(format!(
+            "{} = yarn but {} is missing: YaRN needs the scaling factor and the original context",
+            key(arch, "rope.scaling.type"),
+            key(arch, what)
+        ))
+    };
+    let factor = f
+        .opt_f64(&key(arch, "rope.scaling.factor"))?
+        .ok_or_else(|| missing("rope.scaling.factor"))?;
+    let original = opt_usize(f, &key(arch, "rope.scaling.original_context_length"))?
+        .ok_or_else(|| missing("rope.scaling.original_context_length"))?;
+    let mut y = Yarn::new(factor, original);
+    if let Some(b) = f.opt_f64(&key(arch, "rope.scaling.yarn_beta_fast"))? {
+        y.beta_fast = b;
+    }
+    if let Some(b) = f.opt_f64(&key(arch, "rope.scaling.yarn_beta_slow"))? {
+        y.beta_slow = b;
+    }
+    y.validate().map_err(ImportError::Config)?;
+    Ok(y)
+}
+
 /// Linear RoPE scaling factor (`rope.scaling.type = linear`), 1 when absent or `none`. Any other
-/// scaling type (YaRN, LongRoPE) changes every angle: a file asking for one is refused rather than
-/// run with plain RoPE. (Llama 3's scaling is not a type: its factors are the `rope_freqs` tensor.)
+/// scaling type (YaRN where the architecture has no use for it, LongRoPE) changes every angle: a
+/// file asking for one is refused rather than run with plain RoPE. (Llama 3's scaling is not a
+/// type: its factors are the `rope_freqs` tensor.)
 fn rope_linear_scale(f: &GgufFile, arch: &str) -> Result<f64> {
     let k = key(arch, "rope.scaling.type");
     match f.get(&k).map(|v| v.as_str()) {
         None | Some(Some("none")) => Ok(1.0),
         Some(Some("linear")) => Ok(f.opt_f64(&key(arch, "rope.scaling.factor"))?.unwrap_or(1.0)),
         Some(other) => Err(ImportError::Unsupported(format!(
-            "{k} = {:?}: only linear RoPE scaling is implemented",
+            "{k} = {:?}: only linear RoPE scaling is implemented here (YaRN for the Llama family)",
             other.unwrap_or("(not a string)")
         ))),
     }
@@ -368,7 +408,7 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     let rope_theta = f.opt_f64(&key(arch, "rope.freq_base"))?.unwrap_or(10000.0);
     let rope_dim = opt_usize(f, &key(arch, "rope.dimension_count"))?.unwrap_or(head_dim);
     let context_length = opt_usize(f, &key(arch, "context_length"))?.unwrap_or(4096);
-    let rope_linear_scale = rope_linear_scale(f, arch)?;
+    let (rope_linear_scale, rope_yarn) = rope_scaling(f, arch)?;
     // llama.cpp: LLAMA_ROPE_TYPE_NORM for llama/mistral (the converter permuted Q/K), NEOX for
     // qwen2, qwen3 and phi3.
     let rope_layout = match arch {
@@ -394,6 +434,7 @@ pub fn llama_config(f: &GgufFile) -> Result<LlamaConfig> {
     .with_tie_embeddings(f.tensor("output.weight").is_none())
     .with_rope_freq_factors(rope_freq_factors(f, arch, rope_dim, context_length)?)
     .with_rope_attn_factor(rope_attn_factor(f, arch)?)
+    .with_rope_yarn(rope_yarn)
     .with_qk_norm(match arch {
         "qwen3" | "qwen3moe" => Some(QkNorm::RmsPerHead),
         "olmoe" => Some(QkNorm::RmsFull),

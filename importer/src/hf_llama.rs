@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use cinder_gguf::{GgmlType, SharedBytes};
+use cinder_models::layers::{Yarn, yarn_mscale};
 use cinder_models::llama::{LlamaConfig, QkNorm, RopeLayout};
 use cinder_models::moe::MoeConfig;
 use safetensors::{Dtype, SafeTensors};
@@ -236,6 +237,61 @@ fn longrope(
     Ok((factors, attn))
 }
 
+/// YaRN as transformers computes it (`_compute_yarn_parameters`): `original_max_position_embeddings`
+/// (in `rope_scaling`, else the config's own; required), `factor` (else `max_position_embeddings`
+/// over the original context), the
+/// betas (32, 1 by default), `truncate` (true), and the attention factor: `attention_factor` when
+/// given, else `get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim)` when both are
+/// given, else `get_mscale(factor)`.
+fn hf_yarn(cfg: &Value, rs: &Value, path: &Path) -> Result<Yarn> {
+    let original = match usize_key(rs, path, "original_max_position_embeddings")? {
+        Some(o) => o,
+        None => usize_key(cfg, path, "original_max_position_embeddings")?.ok_or_else(|| {
+            bad(
+                path,
+                "rope_scaling of type yarn without original_max_position_embeddings (the \
+                 context before the extension)",
+            )
+        })?,
+    };
+    // Without a factor, the ratio of the served context to the original one (DeepSeek-V3's way).
+    let factor = match f64_key(rs, path, "factor")? {
+        Some(f) => f,
+        None => {
+            let ctx = usize_key(cfg, path, "max_position_embeddings")?.ok_or_else(|| {
+                bad(
+                    path,
+                    "rope_scaling of type yarn without a factor or max_position_embeddings",
+                )
+            })?;
+            ctx as f64 / original as f64
+        }
+    };
+    let mut y = Yarn::new(factor, original);
+    if let Some(b) = f64_key(rs, path, "beta_fast")? {
+        y.beta_fast = b;
+    }
+    if let Some(b) = f64_key(rs, path, "beta_slow")? {
+        y.beta_slow = b;
+    }
+    if let Some(t) = rs.get("truncate").and_then(Value::as_bool) {
+        y.truncate = t;
+    }
+    let (mscale, mscale_all) = (
+        f64_key(rs, path, "mscale")?,
+        f64_key(rs, path, "mscale_all_dim")?,
+    );
+    y.attn_factor = match (f64_key(rs, path, "attention_factor")?, mscale, mscale_all) {
+        (Some(a), _, _) => a,
+        (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => {
+            yarn_mscale(factor, m) / yarn_mscale(factor, all)
+        }
+        _ => yarn_mscale(factor, 1.0),
+    };
+    y.validate().map_err(|e| bad(path, e))?;
+    Ok(y)
+}
+
 /// Llama 3's RoPE scaling as per-pair frequency factors (what llama.cpp's converter stores as
 /// `rope_freqs`): pairs whose wavelength is under `original_max_position_embeddings /
 /// high_freq_factor` keep their frequency, those over `.. / low_freq_factor` are slowed by `factor`,
@@ -417,6 +473,7 @@ fn read_config(
     let mut rope_linear_scale = 1.0;
     let mut rope_freq_factors = None;
     let mut rope_attn_factor = None;
+    let mut rope_yarn = None;
     // Phi-4-mini rotates 3/4 of each head (`partial_rotary_factor`); the rest pass through.
     let rope_dim = match cfg.get("partial_rotary_factor").and_then(Value::as_f64) {
         Some(f) if f > 0.0 && f <= 1.0 => ((head_dim as f64 * f) as usize) & !1,
@@ -451,12 +508,13 @@ fn read_config(
                 rope_freq_factors = Some(factors);
                 rope_attn_factor = attn;
             }
+            "yarn" => rope_yarn = Some(hf_yarn(&cfg, rs, &path)?),
             "default" => {}
             other => {
                 return Err(bad(
                     &path,
                     format!(
-                        "rope_scaling type {other:?} is not supported (linear, llama3 and longrope are)"
+                        "rope_scaling type {other:?} is not supported (linear, llama3, longrope and yarn are)"
                     ),
                 ));
             }
@@ -484,6 +542,7 @@ fn read_config(
     .with_rope_linear_scale(rope_linear_scale)
     .with_rope_freq_factors(rope_freq_factors)
     .with_rope_attn_factor(rope_attn_factor)
+    .with_rope_yarn(rope_yarn)
     .with_qk_norm(match arch {
         "qwen3" | "qwen3moe" => Some(QkNorm::RmsPerHead),
         "olmoe" => Some(QkNorm::RmsFull),

@@ -222,6 +222,7 @@ impl<B: InferenceBackend> Blocks<B> for Gemma3Blocks<B> {
             linear_scale: 1.0,
             freq_factors: None,
             attn_factor: 1.0,
+            yarn: None,
         }
         .angles::<B>(&positions, hd, &device);
         let rope_global = Rope {
@@ -231,6 +232,7 @@ impl<B: InferenceBackend> Blocks<B> for Gemma3Blocks<B> {
             linear_scale: c.rope_linear_scale_global,
             freq_factors: None,
             attn_factor: 1.0,
+            yarn: None,
         }
         .angles::<B>(&positions, hd, &device);
         let scale = (1.0 / c.query_pre_attn_scalar.sqrt()) as f32;

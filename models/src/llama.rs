@@ -21,7 +21,8 @@ use serde::{Deserialize, Serialize};
 use crate::decoder::{Blocks, Decoder, LanguageModel, decoder_forward, decoder_hidden_states};
 use crate::error::{ModelError, Result, check_shape};
 use crate::layers::{
-    Ends, RmsNorm, Rope, RopeStyle, block_range, heads, merge_heads, project, split_heads, swiglu,
+    Ends, RmsNorm, Rope, RopeStyle, Yarn, block_range, heads, merge_heads, project, split_heads,
+    swiglu,
 };
 use crate::loader::WeightSource;
 use crate::moe::{MoeConfig, MoeFfn};
@@ -94,6 +95,9 @@ pub struct LlamaConfig {
     /// rotated Q and K values multiplied by this (LongRoPE's attention factor; `None` = 1)
     #[config(default = "None")]
     pub rope_attn_factor: Option<f64>,
+    /// YaRN RoPE scaling (Qwen2.5 / Qwen3 past their original context); `None` = none
+    #[config(default = "None")]
+    pub rope_yarn: Option<Yarn>,
     /// a normalization of Q and K before RoPE (Qwen3); `None` for the other members
     #[config(default = "None")]
     pub qk_norm: Option<QkNorm>,
@@ -163,6 +167,14 @@ impl LlamaConfig {
             && !(a > 0.0 && a.is_finite())
         {
             return bad(format!("rope_attn_factor {a} out of range"));
+        }
+        if let Some(y) = &self.rope_yarn {
+            if let Err(e) = y.validate() {
+                return bad(e);
+            }
+            if self.rope_linear_scale != 1.0 {
+                return bad("YaRN and linear RoPE scaling together".into());
+            }
         }
         if let Some(f) = &self.rope_freq_factors {
             if f.len() != self.rope_dim / 2 {
@@ -320,6 +332,7 @@ impl<B: InferenceBackend> LlamaBlocks<B> {
             linear_scale: self.config.rope_linear_scale,
             freq_factors: self.config.rope_freq_factors.as_deref(),
             attn_factor: self.config.rope_attn_factor.unwrap_or(1.0) as f32,
+            yarn: self.config.rope_yarn,
         }
     }
 }
@@ -489,6 +502,7 @@ mod tests {
         obj.remove("rope_freq_factors");
         obj.remove("qk_norm");
         obj.remove("rope_attn_factor");
+        obj.remove("rope_yarn");
         obj.remove("moe");
         let c: LlamaConfig = serde_json::from_value(v).expect("reads");
         assert_eq!(c, smollm2());

@@ -176,6 +176,7 @@ impl<B: InferenceBackend> Blocks<B> for NeoxBlocks<B> {
             linear_scale: 1.0,
             freq_factors: None,
             attn_factor: 1.0,
+            yarn: None,
         }
         .angles::<B>(&cache.positions(t), hd, &x.device());
         let params = AttentionParams {

@@ -63,6 +63,9 @@ impl<B: InferenceBackend> RmsNorm<B> {
 
 pub use cinder_runtime::{Glu, RopeStyle};
 
+mod yarn;
+pub use yarn::{Yarn, yarn_mscale};
+
 /// Rotary position embedding (Su et al., 2021, "RoFormer"), applied to the first `n_rot` dims of each
 /// head. Angles are computed on the host per forward: `t × n_rot/2` values, cheaper than slicing a table.
 #[derive(Debug, Clone, Copy)]
@@ -81,6 +84,9 @@ pub struct Rope<'a> {
     /// every rotated value is multiplied by this (1.0 = none): llama.cpp's `attn_factor`, which
     /// LongRoPE files carry (`rope.scaling.attn_factor`); Q·K is scaled by its square
     pub attn_factor: f32,
+    /// YaRN scaling: each pair's frequency scaled by [`Yarn::frequency_scales`] (after
+    /// `freq_factors`) and every rotated value by its attention factor too
+    pub yarn: Option<Yarn>,
 }
 
 impl Rope<'_> {
@@ -99,20 +105,25 @@ impl Rope<'_> {
         // j in its rotation pair and s carrying the sign; dims past n_rot pass through (c = 1, s = 0).
         let mut c = vec![1.0f32; t * head_dim];
         let mut s = vec![0.0f32; t * head_dim];
+        let yarn_scales = self
+            .yarn
+            .map(|y| y.frequency_scales(self.n_rot, self.theta));
         let freqs: Vec<f64> = (0..half)
             .map(|i| {
                 let factor = self
                     .freq_factors
                     .and_then(|f| f.get(i))
                     .map_or(1.0, |&f| f as f64);
-                self.theta.powf(-2.0 * i as f64 / self.n_rot as f64) / factor
+                let yarn = yarn_scales.as_ref().map_or(1.0, |s| s[i]);
+                self.theta.powf(-2.0 * i as f64 / self.n_rot as f64) / factor * yarn
             })
             .collect();
+        let mscale = self.attn_factor * self.yarn.map_or(1.0, |y| y.attn_factor as f32);
         for (pi, &p) in positions.iter().enumerate() {
             let p = p as f64 / self.linear_scale;
             for (i, &freq) in freqs.iter().enumerate() {
                 let (sn, cs) = (p * freq).sin_cos();
-                let (sn, cs) = (sn as f32 * self.attn_factor, cs as f32 * self.attn_factor);
+                let (sn, cs) = (sn as f32 * mscale, cs as f32 * mscale);
                 let (j0, j1) = match self.style {
                     RopeStyle::Neox => (i, i + half),
                     RopeStyle::Interleaved => (2 * i, 2 * i + 1),
