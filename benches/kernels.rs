@@ -120,6 +120,7 @@ impl BackendTask for Attention<'_> {
                 block_size: block,
                 kv_heads,
                 head_dim: hd,
+                dtype: Default::default(),
             };
             let mut kv = B::kv_alloc(shape, &device).expect("KV store");
             let batch = PagedBatch {

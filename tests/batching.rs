@@ -6,7 +6,7 @@ mod common;
 
 use cinder::prelude::*;
 use cinder::runtime::engine::{Engine, EngineConfig, Event, EventStream, Request};
-use cinder::runtime::kv::KvBudget;
+use cinder::runtime::kv::{KvBudget, KvType};
 use cinder::runtime::scheduler::SchedulerConfig;
 use common::*;
 
@@ -60,6 +60,7 @@ fn run_together<B: InferenceBackend>(
 struct BatchedEqualsAlone {
     model: &'static str,
     reference: &'static str,
+    kv_type: KvType,
 }
 
 impl BackendTask for BatchedEqualsAlone {
@@ -70,11 +71,15 @@ impl BackendTask for BatchedEqualsAlone {
             .iter()
             .map(|p| m.tokenizer.encode(p, true).expect("encode"))
             .collect();
+        let base = EngineConfig {
+            kv_type: self.kv_type,
+            ..EngineConfig::default()
+        };
         // Alone: one request at a time through the engine.
         let alone: Vec<Vec<u32>> = encoded
             .iter()
             .map(|ids| {
-                run_together(&m, std::slice::from_ref(ids), EngineConfig::default())
+                run_together(&m, std::slice::from_ref(ids), base.clone())
                     .0
                     .remove(0)
             })
@@ -83,7 +88,7 @@ impl BackendTask for BatchedEqualsAlone {
             assert_eq!(a.len(), GEN, "prompt {i}");
         }
         // Together, default limits: every sequence in one batch.
-        let (together, _) = run_together(&m, &encoded, EngineConfig::default());
+        let (together, _) = run_together(&m, &encoded, base.clone());
         assert_eq!(
             together, alone,
             "{}: batched differs from alone",
@@ -95,7 +100,7 @@ impl BackendTask for BatchedEqualsAlone {
                 max_batched_tokens: 7,
                 max_seqs: 16,
             },
-            ..EngineConfig::default()
+            ..base.clone()
         };
         let (out, _) = run_together(&m, &encoded, chunked);
         assert_eq!(out, alone, "{}: chunked prefill differs", self.model);
@@ -104,7 +109,7 @@ impl BackendTask for BatchedEqualsAlone {
         let tight = EngineConfig {
             kv_budget: Some(KvBudget::Tokens(2 * longest + 16)),
             block_size: 4,
-            ..EngineConfig::default()
+            ..base
         };
         let (out, preemptions) = run_together(&m, &encoded, tight);
         assert!(
@@ -125,6 +130,7 @@ fn smollm2_batched_chunked_and_preempted_equal_alone() {
             BatchedEqualsAlone {
                 model: "smollm2-135m",
                 reference: "smollm2-135m-q4_1.greedy.jsonl",
+                kv_type: KvType::F16,
             },
         )
         .expect("backend");
@@ -138,9 +144,38 @@ fn gemma3_batched_chunked_and_preempted_equal_alone() {
         BatchedEqualsAlone {
             model: "gemma3-270m",
             reference: "gemma-3-270m-q4_k_m.greedy.jsonl",
+            kv_type: KvType::F16,
         },
     )
     .expect("backend");
+}
+
+/// A quantized KV cache keeps the property: its rows are dequantized to the same f16 values
+/// whichever kernel path reads them (a decode step, a 7-token prefill chunk's shared tiles).
+#[test]
+fn quantized_kv_batched_chunked_and_preempted_equal_alone() {
+    for (model, reference, kv_type) in [
+        (
+            "smollm2-135m",
+            "smollm2-135m-q4_1.greedy.jsonl",
+            KvType::Q8_0,
+        ),
+        (
+            "gemma3-270m",
+            "gemma-3-270m-q4_k_m.greedy.jsonl",
+            KvType::Q4_0,
+        ),
+    ] {
+        dispatch(
+            primary_backend(),
+            BatchedEqualsAlone {
+                model,
+                reference,
+                kv_type,
+            },
+        )
+        .expect("backend");
+    }
 }
 
 /// A mixture of experts routes each token on its own and groups a step's tokens by expert, so a
@@ -153,6 +188,7 @@ fn moe_batched_chunked_and_preempted_equal_alone() {
         BatchedEqualsAlone {
             model: "qwen3moe-tiny",
             reference: "smollm2-135m-q4_1.greedy.jsonl",
+            kv_type: KvType::F16,
         },
     )
     .expect("backend");

@@ -180,6 +180,7 @@ impl cinder::prelude::BackendTask for LibraryPpl {
             max_chunks: Some(2),
             bos: m.tokenizer.bos_id.filter(|_| m.tokenizer.add_bos),
             paged: false,
+            kv_type: Default::default(),
         };
         cinder::eval::perplexity(&m.model, &tokens, opts, &mut |_, _, _| {})
             .expect("perplexity")
@@ -271,6 +272,28 @@ fn bad_inputs_give_clear_errors() {
         .output()
         .expect("runs");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown backend"));
+
+    // A KV cache type that does not exist: named, with the ones that do.
+    for cmd in [
+        &["run", "smollm2-135m", "--prompt", "x", "--kv-type", "q3"][..],
+        &["bench", "smollm2-135m", "--kv-type", "q3"],
+        &[
+            "perplexity",
+            "smollm2-135m",
+            "--file",
+            "lee-corpus",
+            "--kv-type",
+            "q3",
+        ],
+    ] {
+        let out = cinder().args(cmd).output().expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{cmd:?}");
+        assert!(
+            err.contains("\"q3\"") && err.contains("f16, q8_0, q4_0"),
+            "{cmd:?}: {err}"
+        );
+    }
 
     // Layer offload without an accelerator compiled in, or for a command it does not apply to.
     use cinder::backends::BackendKind;

@@ -114,6 +114,28 @@ mod gpu {
         GgmlType::Q6_K,
     ];
 
+    /// A quantized KV cache runs on the CPU backends; the wgpu store refuses one by name.
+    #[test]
+    fn a_quantized_kv_cache_is_refused_on_wgpu() {
+        use cinder::backends::attention::KvType;
+        let gd: Dev<Wgpu> = Default::default();
+        for dtype in [KvType::Q8_0, KvType::Q4_0] {
+            let shape = KvShape {
+                blocks: 4,
+                block_size: 16,
+                kv_heads: 2,
+                head_dim: 64,
+                dtype,
+            };
+            let e = Wgpu::kv_alloc(shape, &gd).expect_err("a quantized wgpu store");
+            let e = e.to_string();
+            assert!(
+                e.contains(dtype.name()) && e.contains("CPU backends"),
+                "{e}"
+            );
+        }
+    }
+
     #[test]
     fn quantized_products_match_the_cpu_kernels() {
         let (cd, gd): (Dev<Flex>, Dev<Wgpu>) = (Default::default(), Default::default());
@@ -417,6 +439,7 @@ mod gpu {
             block_size: bs,
             kv_heads: kvh,
             head_dim: hd,
+            dtype: Default::default(),
         };
         let mut ckv = Flex::kv_alloc(shape, &cd).expect("flex store");
         let mut gkv = Wgpu::kv_alloc(shape, &gd).expect("wgpu store");

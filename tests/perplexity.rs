@@ -28,6 +28,7 @@ impl BackendTask for Ppl {
             max_chunks: Some(40),
             bos,
             paged: false,
+            kv_type: Default::default(),
         };
         let r = perplexity(&m.model, &tokens, opts, &mut |_, _, _| {}).expect("perplexity");
         assert_eq!(r.chunks, 40);

@@ -354,6 +354,7 @@ impl BackendTask for Logprobs {
                 max_chunks: Some(1),
                 bos: m.tokenizer.bos_id.filter(|_| m.tokenizer.add_bos),
                 paged: true,
+                kv_type: Default::default(),
             },
             &mut |_, _, _| {},
             &mut |row, target| {

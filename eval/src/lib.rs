@@ -32,9 +32,12 @@ pub struct PerplexityOptions {
     pub max_chunks: Option<usize>,
     /// replace each chunk's first token with this BOS id (models that add BOS)
     pub bos: Option<u32>,
-    /// Run each chunk through a paged cache (f16 K/V, the engine's arithmetic: the
-    /// log-probabilities then equal the ones served requests report) instead of the contiguous one.
+    /// Run each chunk through a paged cache (the engine's arithmetic: the log-probabilities then
+    /// equal the ones served requests report) instead of the contiguous one.
     pub paged: bool,
+    /// How the paged cache stores K/V (f16 as the engine's default; Q8_0 / Q4_0 to measure a
+    /// quantized cache's cost in quality). A quantized type implies `paged`.
+    pub kv_type: cinder_runtime::kv::KvType,
 }
 
 /// The result.
@@ -101,14 +104,22 @@ pub fn perplexity_rows<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
         }
         let mut contiguous;
         let mut paged;
-        let cache: &mut dyn AttentionCache<B> = if opts.paged {
-            let (kvh, hd) = model.kv_dims();
-            paged = SeqPagedCache::<B>::new(model.n_layers(), kvh, hd, ctx, &device)?;
-            &mut paged
-        } else {
-            contiguous = ContiguousKvCache::<B>::new(model.n_layers(), ctx);
-            &mut contiguous
-        };
+        let cache: &mut dyn AttentionCache<B> =
+            if opts.paged || opts.kv_type != cinder_runtime::kv::KvType::F16 {
+                let (kvh, hd) = model.kv_dims();
+                paged = SeqPagedCache::<B>::with_type(
+                    model.n_layers(),
+                    kvh,
+                    hd,
+                    ctx,
+                    opts.kv_type,
+                    &device,
+                )?;
+                &mut paged
+            } else {
+                contiguous = ContiguousKvCache::<B>::new(model.n_layers(), ctx);
+                &mut contiguous
+            };
         // Logits for positions first .. ctx-1 (the last one predicts past the chunk and is unused).
         let n_out = ctx - first;
         let logits = logits_to_vec(model.forward(

@@ -6,6 +6,7 @@
 
 use half::{bf16, f16};
 
+use crate::dequant::{BLOCK_Q4_0_BYTES, BLOCK_Q8_0_BYTES};
 use crate::error::{GgufError, Result};
 use crate::kquant;
 use crate::types::GgmlType;
@@ -51,23 +52,42 @@ fn trunc_i8(v: f32) -> i32 {
 }
 
 fn q8_0(b: &[f32], out: &mut Vec<u8>) {
-    let amax = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let at = out.len();
+    out.resize(at + BLOCK_Q8_0_BYTES, 0);
+    quantize_block_q8_0(b, &mut out[at..]);
+}
+
+/// One Q8_0 block (32 values) written into `out` (34 bytes), as ggml's `quantize_row_q8_0_ref`:
+/// `d = amax / 127`, each value `round(x / d)`.
+pub fn quantize_block_q8_0(b: &[f32], out: &mut [u8]) {
+    let amax = b[..QK].iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    put_f16(out, d);
+    out[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
     // roundf: half away from zero
-    out.extend(b.iter().map(|&v| ((v * id).round() as i32) as i8 as u8));
+    for (o, &v) in out[2..2 + QK].iter_mut().zip(&b[..QK]) {
+        *o = ((v * id).round() as i32) as i8 as u8;
+    }
 }
 
 fn q4_0(b: &[f32], out: &mut Vec<u8>) {
-    let (_, max) = signed_max(b);
+    let at = out.len();
+    out.resize(at + BLOCK_Q4_0_BYTES, 0);
+    quantize_block_q4_0(b, &mut out[at..]);
+}
+
+/// One Q4_0 block (32 values) written into `out` (18 bytes), as ggml's `quantize_row_q4_0_ref`:
+/// `d = max / -8` (`max` the value of largest magnitude), nibbles `x / d + 8` (values `j` and
+/// `j + 16` share byte `j`).
+pub fn quantize_block_q4_0(b: &[f32], out: &mut [u8]) {
+    let (_, max) = signed_max(&b[..QK]);
     let d = max / -8.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    put_f16(out, d);
+    out[..2].copy_from_slice(&f16::from_f32(d).to_bits().to_le_bytes());
     for j in 0..QK / 2 {
         let x0 = trunc_i8(b[j] * id + 8.5).min(15);
         let x1 = trunc_i8(b[j + QK / 2] * id + 8.5).min(15);
-        out.push((x0 | (x1 << 4)) as u8);
+        out[2 + j] = (x0 | (x1 << 4)) as u8;
     }
 }
 

@@ -155,6 +155,10 @@ impl<B: InferenceBackend> CausalLm<B> for AnyModel<B> {
         self.0.kv_bytes_per_token()
     }
 
+    fn kv_bytes_per_token_as(&self, dtype: cinder_runtime::kv::KvType) -> usize {
+        self.0.kv_bytes_per_token_as(dtype)
+    }
+
     fn prepare_cache(&self, cache: &mut dyn AttentionCache<B>) -> cinder_runtime::Result<()> {
         self.0.prepare_cache(cache)
     }

@@ -168,8 +168,14 @@ impl<A: InferenceBackend, C: InferenceBackend> CausalLm<C> for Split<A, C> {
     }
 
     fn kv_bytes_per_token(&self) -> usize {
+        self.kv_bytes_per_token_as(cinder_runtime::kv::KvType::F16)
+    }
+
+    /// The CPU layers' rows as `dtype`; the accelerator's own store stays f16.
+    fn kv_bytes_per_token_as(&self, dtype: cinder_runtime::kv::KvType) -> usize {
         let (kvh, hd) = self.front.kv_dims();
-        self.back.kv_bytes_per_token() + self.front.len() * 2 * kvh * hd * A::KV_BYTES_PER_VALUE
+        self.back.kv_bytes_per_token_as(dtype)
+            + self.front.len() * 2 * kvh * hd * A::KV_BYTES_PER_VALUE
     }
 
     fn prepare_cache(&self, cache: &mut dyn AttentionCache<C>) -> cinder_runtime::Result<()> {

@@ -34,6 +34,8 @@ pub struct GenerateOptions {
     /// The grammar the text must follow (see [`crate::constraint`]); generation ends when it is
     /// complete.
     pub constraint: Option<crate::constraint::TokenMatcher>,
+    /// How the KV cache of this generation stores its rows ([`generate`] allocates one per call).
+    pub kv_type: crate::kv::KvType,
 }
 
 impl Default for GenerateOptions {
@@ -46,6 +48,7 @@ impl Default for GenerateOptions {
             context: 4096,
             speculative: None,
             constraint: None,
+            kv_type: crate::kv::KvType::F16,
         }
     }
 }
@@ -112,13 +115,14 @@ pub fn generate_with_draft<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
     opts: &GenerateOptions,
     on_text: &mut dyn FnMut(&str) -> bool,
 ) -> Result<Generation> {
-    let mut s = Session::new(
+    let mut s = Session::with_kv_type(
         model,
         draft,
         tok,
         prompt_ids.len() + opts.max_tokens,
         opts.speculative,
         false,
+        opts.kv_type,
     )?;
     s.generate(prompt_ids, opts, on_text)
 }
@@ -157,6 +161,27 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> Session<'m, B, M> {
         speculative: Option<crate::engine::SpeculativeConfig>,
         prefix_caching: bool,
     ) -> Result<Self> {
+        Self::with_kv_type(
+            model,
+            draft,
+            tok,
+            tokens,
+            speculative,
+            prefix_caching,
+            crate::kv::KvType::F16,
+        )
+    }
+
+    /// [`Session::new`] with its KV pool's rows stored as `kv_type`.
+    pub fn with_kv_type(
+        model: &'m M,
+        draft: Option<&'m (dyn CausalLm<B> + Sync)>,
+        tok: &'m Tokenizer,
+        tokens: usize,
+        speculative: Option<crate::engine::SpeculativeConfig>,
+        prefix_caching: bool,
+        kv_type: crate::kv::KvType,
+    ) -> Result<Self> {
         let cfg = EngineConfig {
             scheduler: SchedulerConfig {
                 max_batched_tokens: PREFILL_CHUNK,
@@ -170,6 +195,7 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> Session<'m, B, M> {
             default_timeout: None,
             prefix_caching,
             speculative,
+            kv_type,
             ..EngineConfig::default()
         };
         let core = match draft {

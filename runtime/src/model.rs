@@ -51,8 +51,13 @@ pub trait CausalLm<B: InferenceBackend> {
     /// Bytes of K/V the model keeps per cached token: K and V of the cache's layers as `B` stores
     /// them, plus any store of its own. Sizes the cache from a memory budget.
     fn kv_bytes_per_token(&self) -> usize {
+        self.kv_bytes_per_token_as(crate::kv::KvType::F16)
+    }
+
+    /// [`CausalLm::kv_bytes_per_token`] with the cache's rows stored as `dtype`.
+    fn kv_bytes_per_token_as(&self, dtype: crate::kv::KvType) -> usize {
         let (kvh, hd) = self.kv_dims();
-        self.n_layers() * 2 * kvh * hd * B::KV_BYTES_PER_VALUE
+        self.n_layers() * 2 * kvh * dtype.row_bytes(hd, B::KV_BYTES_PER_VALUE)
     }
 
     /// Sets up what the model keeps beside `cache` (a model with a K/V store of its own allocates

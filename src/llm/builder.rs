@@ -113,6 +113,21 @@ impl LlmBuilder {
         self
     }
 
+    /// How the KV cache stores its rows: f16 (the default), or Q8_0 / Q4_0 blocks, 0.53× and
+    /// 0.28× the memory, on the CPU backends (a GPU backend refuses them at `build`).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use cinder::runtime::kv::KvType;
+    /// let llm = cinder::Llm::builder("smollm2-135m").kv_type(KvType::Q8_0).build()?;
+    /// # Ok::<(), cinder::Error>(())
+    /// ```
+    pub fn kv_type(mut self, kv_type: crate::runtime::kv::KvType) -> Self {
+        self.engine.kv_type = kv_type;
+        self
+    }
+
     /// Most sequences decoding at once (default 16); more wait in the queue.
     ///
     /// # Examples

@@ -71,11 +71,26 @@ pub fn attend_f16_rows(
         && isa.is_available()
         && spans.iter().any(|s| *s != spans[0])
     {
-        tiled(q, hd, spans, runs, n, params, scratch, out);
+        let fill = |keys: bool, t0: usize, t1: usize, tile: &mut Vec<f32>| {
+            widen(runs, keys, hd, t0, t1, tile)
+        };
+        tiled(q, hd, spans, &fill, n, params, scratch, out);
         return;
     }
     per_span(isa, q, hd, spans, runs, n, params, scratch, out);
 }
+
+impl RowsScratch {
+    /// The scores buffer, for the per-span paths of other row formats.
+    pub(crate) fn scores_mut(&mut self) -> &mut Vec<f32> {
+        &mut self.scores
+    }
+}
+
+/// Fills a tile with rows `t0..t1` of the shared range, keys (`true`) or values, widened to f32:
+/// `[t1 - t0, hd]` values.
+#[cfg(target_arch = "x86_64")]
+pub(crate) type Fill<'f> = &'f dyn Fn(bool, usize, usize, &mut Vec<f32>);
 
 /// The rows of `runs` in `span`, as runs, into `out`.
 fn sub_runs<'a>(runs: &[KvRun<'a>], hd: usize, span: &Range<usize>, out: &mut Vec<KvRun<'a>>) {
@@ -176,12 +191,12 @@ fn seen(spans: &[Range<usize>], t0: usize, t1: usize) -> Range<usize> {
     lo..hi.max(lo)
 }
 
-/// Walks the `n` shared rows (keys or values) in tiles of [`TILE`] widened rows and, for each
-/// pass of [`QR`] query rows that sees some of a tile, calls `f(g0, g1, j0, rows)` with the
-/// widened rows `j0..` that the pass sees.
+/// Walks the `n` shared rows (keys or values) in tiles of [`TILE`] rows widened by `fill` and,
+/// for each pass of [`QR`] query rows that sees some of a tile, calls `f(g0, g1, j0, rows)` with
+/// the widened rows `j0..` that the pass sees.
 #[cfg(target_arch = "x86_64")]
 fn each_tile(
-    runs: &[KvRun<'_>],
+    fill: Fill<'_>,
     keys: bool,
     hd: usize,
     n: usize,
@@ -191,7 +206,7 @@ fn each_tile(
 ) {
     for t0 in (0..n).step_by(TILE) {
         let t1 = (t0 + TILE).min(n);
-        widen(runs, keys, hd, t0, t1, tile);
+        fill(keys, t0, t1, tile);
         for g0 in (0..spans.len()).step_by(QR) {
             let g1 = (g0 + QR).min(spans.len());
             let r = seen(&spans[g0..g1], t0, t1);
@@ -207,14 +222,16 @@ fn each_tile(
     }
 }
 
-/// The AVX2 path: scores tile by tile, softmax per row, then `p · v` tile by tile.
+/// The AVX2 path: scores tile by tile, softmax per row, then `p · v` tile by tile (`fill` widens
+/// the shared rows, whatever their storage; the caller has confirmed AVX2, FMA and F16C and that
+/// `hd` is a multiple of 8).
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
-fn tiled(
+pub(crate) fn tiled(
     q: &[f32],
     hd: usize,
     spans: &[Range<usize>],
-    runs: &[KvRun<'_>],
+    fill: Fill<'_>,
     n: usize,
     params: ScoreParams,
     scratch: &mut RowsScratch,
@@ -229,7 +246,7 @@ fn tiled(
     }
     let scores = &mut scores[..m * n];
     // 1. scores[i][j] = q_i · k_j for the rows a pass of QR query rows sees
-    each_tile(runs, true, hd, n, spans, tile, |g0, g1, j0, k| {
+    each_tile(fill, true, hd, n, spans, tile, |g0, g1, j0, k| {
         // SAFETY: AVX2, FMA and F16C were confirmed by the caller; hd is a multiple of 8, `k` is
         // whole rows, q holds rows g0..g1 and scores rows g0..g1 of n values each, with
         // j0 + k.len() / hd <= n.
@@ -244,7 +261,7 @@ fn tiled(
         row[span.end..].fill(0.0);
     }
     // 3. out[i] += Σ_j p[i][j] · v_j in position order, tile after tile
-    each_tile(runs, false, hd, n, spans, tile, |g0, g1, j0, v| {
+    each_tile(fill, false, hd, n, spans, tile, |g0, g1, j0, v| {
         // SAFETY: as for the scores; out holds rows g0..g1 of hd values.
         unsafe { avx2::pv(&scores[g0 * n..], n, j0, v, hd, &mut out[g0 * hd..g1 * hd]) };
     });

@@ -14,6 +14,7 @@
 
 pub mod act;
 pub mod attn;
+pub mod attn_q;
 pub mod attn_rows;
 #[cfg(target_arch = "x86_64")]
 mod avx2;

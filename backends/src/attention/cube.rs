@@ -23,7 +23,7 @@ use burn_cubecl::tensor::CubeTensor;
 use burn_cubecl::{BoolElement, CubeRuntime};
 use cubecl::prelude::*;
 
-use super::{AttentionParams, KvOps, KvShape, PagedBatch, check_alloc};
+use super::{AttentionParams, KvOps, KvShape, PagedBatch, check_alloc, f16_only};
 use crate::BackendError;
 use crate::cube::{FloatT, arr, float_in, float_out, float_tensor, grid, round_f16};
 
@@ -56,6 +56,7 @@ fn cube_kv_alloc<R: CubeRuntime>(
     device: &R::Device,
 ) -> Result<CubeKv<R>, BackendError> {
     check_alloc(&shape)?;
+    f16_only(&shape)?;
     let client = R::client(device);
     let n = shape.values();
     let store = || {

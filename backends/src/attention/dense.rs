@@ -6,7 +6,7 @@
 use burn::tensor::{Int, Tensor, TensorData, backend::Backend};
 
 #[allow(unused_imports)] // KvOps: used where a backend on this store is compiled in
-use super::{AttentionParams, KvOps, KvShape, PagedBatch, attention_with, check_alloc};
+use super::{AttentionParams, KvOps, KvShape, PagedBatch, attention_with, check_alloc, f16_only};
 use crate::BackendError;
 use crate::act::round_to_f16;
 
@@ -33,6 +33,7 @@ pub fn dense_kv_alloc<B: Backend>(
     device: &B::Device,
 ) -> Result<DenseKv<B>, BackendError> {
     check_alloc(&shape)?;
+    f16_only(&shape)?;
     let dims = [
         shape.blocks * shape.block_size,
         shape.kv_heads * shape.head_dim,

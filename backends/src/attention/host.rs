@@ -1,5 +1,6 @@
-//! Paged attention on the CPU backends (flex, ndarray): an f16 store in host memory and a direct
-//! kernel (`cinder_kernels::attn`) with llama.cpp's CPU arithmetic.
+//! Paged attention on the CPU backends (flex, ndarray): an f16 (or Q8_0 / Q4_0) store in host
+//! memory and a direct kernel (`cinder_kernels::attn`, `attn_q` for the quantized rows) with
+//! llama.cpp's CPU arithmetic.
 
 use burn::tensor::{Tensor, TensorData, backend::Backend};
 use half::f16;
@@ -11,24 +12,45 @@ use super::{AttentionParams, KvOps, KvShape, PagedBatch, SeqSlice, check_alloc};
 use crate::BackendError;
 use crate::host::host_values;
 use cinder_kernels::attn::{KvRun, ScoreParams, attend_f16_lse, round_f16};
+use cinder_kernels::attn_q::{KvQuant, QKvRun, attend_q_lse, attend_q_rows};
 use cinder_kernels::attn_rows::{RowsScratch, attend_f16_rows};
 
 /// One layer's paged K/V in host memory, in f16 as llama.cpp keeps its KV cache (half the memory of
-/// f32, and the rounding its reference outputs were made with), layout `[block, kv_head, slot,
-/// head_dim]` so that a head's keys inside a block are contiguous.
+/// f32, and the rounding its reference outputs were made with) or in Q8_0 / Q4_0 blocks, layout
+/// `[block, kv_head, slot, head_dim]` so that a head's rows inside a block are contiguous.
 #[derive(Debug)]
 pub struct HostKv<D> {
     shape: KvShape,
-    k: Vec<f16>,
-    v: Vec<f16>,
+    store: Store,
     device: D,
 }
 
+/// The rows of a store: `head_dim` f16 values, or one row of quantized blocks, each.
+#[derive(Debug)]
+enum Store {
+    F16 {
+        k: Vec<f16>,
+        v: Vec<f16>,
+    },
+    Quant {
+        kind: KvQuant,
+        k: Vec<u8>,
+        v: Vec<u8>,
+    },
+}
+
 impl<D> HostKv<D> {
-    fn offset(&self, block: usize, head: usize, slot: usize) -> usize {
+    /// The row index of (block, head, slot).
+    fn row(&self, block: usize, head: usize, slot: usize) -> usize {
         let s = &self.shape;
-        ((block * s.kv_heads + head) * s.block_size + slot) * s.head_dim
+        (block * s.kv_heads + head) * s.block_size + slot
     }
+}
+
+/// A task's K/V rows as runs of adjacent slots, in the store's format.
+enum Runs<'a> {
+    F16(Vec<KvRun<'a>>),
+    Quant(KvQuant, Vec<QKvRun<'a>>),
 }
 
 /// Allocates a host store, all of it, up front (refused if it exceeds the memory available).
@@ -48,23 +70,47 @@ pub(crate) fn host_kv_alloc<D: Clone>(
             avail >> 20
         )));
     }
-    // Zeroed u16 pages come from the OS as needed (calloc): the store is sized once, never grows,
+    // Zeroed pages come from the OS as needed (calloc): the store is sized once, never grows,
     // and resident memory follows what sequences actually wrote, up to the budget.
-    let alloc =
-        |_: &str| -> Result<Vec<f16>, BackendError> { Ok(vec![0u16; n].reinterpret_into()) };
+    shape.dtype.check_head_dim(shape.head_dim)?;
+    let store = match shape.dtype.quant() {
+        None => Store::F16 {
+            k: vec![0u16; n].reinterpret_into(),
+            v: vec![0u16; n].reinterpret_into(),
+        },
+        Some(kind) => {
+            let bytes = n / shape.head_dim * kind.row_bytes(shape.head_dim);
+            Store::Quant {
+                kind,
+                k: vec![0u8; bytes],
+                v: vec![0u8; bytes],
+            }
+        }
+    };
     Ok(HostKv {
         shape,
-        k: alloc("K")?,
-        v: alloc("V")?,
+        store,
         device: device.clone(),
     })
 }
 
 pub(crate) fn host_kv_copy_block<D>(kv: &mut HostKv<D>, src: u32, dst: u32) {
-    let len = kv.shape.kv_heads * kv.shape.block_size * kv.shape.head_dim;
-    let (s, d) = (src as usize * len, dst as usize * len);
-    kv.k.copy_within(s..s + len, d);
-    kv.v.copy_within(s..s + len, d);
+    let rows = kv.shape.kv_heads * kv.shape.block_size;
+    let hd = kv.shape.head_dim;
+    match &mut kv.store {
+        Store::F16 { k, v } => {
+            let len = rows * hd;
+            let (s, d) = (src as usize * len, dst as usize * len);
+            k.copy_within(s..s + len, d);
+            v.copy_within(s..s + len, d);
+        }
+        Store::Quant { kind, k, v } => {
+            let len = rows * kind.row_bytes(hd);
+            let (s, d) = (src as usize * len, dst as usize * len);
+            k.copy_within(s..s + len, d);
+            v.copy_within(s..s + len, d);
+        }
+    }
 }
 
 /// The CPU paged-attention kernel. `q` `[1, h, T, hd]`, `k`/`v` `[1, kvh, T, hd]` (the batch's new
@@ -110,9 +156,19 @@ pub(crate) fn host_paged_attention<B: Backend>(
             );
             for g in 0..kvh {
                 let src = ((s.q_start + i) * kvh + g) * hd;
-                let dst = kv.offset(blk, g, slot);
-                kv.k[dst..dst + hd].convert_from_f32_slice(&ks[src..src + hd]);
-                kv.v[dst..dst + hd].convert_from_f32_slice(&vs[src..src + hd]);
+                let r = kv.row(blk, g, slot);
+                match &mut kv.store {
+                    Store::F16 { k, v } => {
+                        let dst = r * hd;
+                        k[dst..dst + hd].convert_from_f32_slice(&ks[src..src + hd]);
+                        v[dst..dst + hd].convert_from_f32_slice(&vs[src..src + hd]);
+                    }
+                    Store::Quant { kind, k, v } => {
+                        let rb = kind.row_bytes(hd);
+                        kind.quantize_row(&ks[src..src + hd], &mut k[r * rb..(r + 1) * rb]);
+                        kind.quantize_row(&vs[src..src + hd], &mut v[r * rb..(r + 1) * rb]);
+                    }
+                }
             }
         }
     }
@@ -264,27 +320,54 @@ fn combine_parts(parts: &[(Vec<f32>, Vec<f32>)], hd: usize, out: &mut [f32]) {
 }
 
 /// The K/V rows of positions `range` of sequence `s`, KV head `g`, as runs of adjacent slots
-/// inside its blocks (`bs` positions each), into `out`.
+/// inside its blocks (`bs` positions each), into `out` (reused: its vectors are cleared).
 fn kv_runs<'a, D>(
     kv: &'a HostKv<D>,
     bs: usize,
     s: &SeqSlice,
     g: usize,
     range: std::ops::Range<usize>,
-    out: &mut Vec<KvRun<'a>>,
+    out: &mut Runs<'a>,
 ) {
     let hd = kv.shape.head_dim;
-    out.clear();
+    match (&kv.store, &mut *out) {
+        (Store::F16 { .. }, Runs::F16(_)) | (Store::Quant { .. }, Runs::Quant(..)) => {}
+        (Store::F16 { .. }, o) => *o = Runs::F16(Vec::new()),
+        (Store::Quant { kind, .. }, o) => *o = Runs::Quant(*kind, Vec::new()),
+    }
+    match out {
+        Runs::F16(v) => v.clear(),
+        Runs::Quant(_, v) => v.clear(),
+    }
     let mut j = range.start;
     while j < range.end {
         let end = ((j / bs + 1) * bs).min(range.end);
-        let at = kv.offset(s.blocks[j / bs] as usize, g, j % bs);
-        let len = (end - j) * hd;
-        out.push(KvRun {
-            k: &kv.k[at..at + len],
-            v: &kv.v[at..at + len],
-        });
+        let r = kv.row(s.blocks[j / bs] as usize, g, j % bs);
+        match (&kv.store, &mut *out) {
+            (Store::F16 { k, v }, Runs::F16(runs)) => {
+                let (at, len) = (r * hd, (end - j) * hd);
+                runs.push(KvRun {
+                    k: &k[at..at + len],
+                    v: &v[at..at + len],
+                });
+            }
+            (Store::Quant { kind, k, v }, Runs::Quant(_, runs)) => {
+                let rb = kind.row_bytes(hd);
+                let (at, len) = (r * rb, (end - j) * rb);
+                runs.push(QKvRun {
+                    k: &k[at..at + len],
+                    v: &v[at..at + len],
+                });
+            }
+            _ => {}
+        }
         j = end;
+    }
+}
+
+impl Runs<'_> {
+    fn new() -> Self {
+        Runs::F16(Vec::new())
     }
 }
 
@@ -308,7 +391,7 @@ fn attend_part<D>(
     let lo = params.first_visible(s.past);
     let n = s.past + 1 - lo;
     let (a, b) = (lo + n * part.0 / part.1, lo + n * (part.0 + 1) / part.1);
-    let mut runs = Vec::new();
+    let mut runs = Runs::new();
     kv_runs(kv, bs, s, g, a..b, &mut runs);
     let row = s.q_start;
     let mut q = qs[(row * h + g * group) * hd..(row * h + (g + 1) * group) * hd].to_vec();
@@ -318,7 +401,11 @@ fn attend_part<D>(
         scale: params.scale,
         softcap: params.softcap,
     };
-    attend_f16_lse(isa, &q, hd, &runs, sp, &mut Vec::new(), &mut out, &mut lse);
+    let scores = &mut Vec::new();
+    match &runs {
+        Runs::F16(r) => attend_f16_lse(isa, &q, hd, r, sp, scores, &mut out, &mut lse),
+        Runs::Quant(kind, r) => attend_q_lse(isa, *kind, &q, hd, r, sp, scores, &mut out, &mut lse),
+    }
     (out, lse)
 }
 
@@ -355,7 +442,7 @@ fn attend_group<D>(
     let mut qr = Vec::new();
     let mut spans = Vec::new();
     let mut scratch = RowsScratch::default();
-    let mut runs: Vec<KvRun<'_>> = Vec::new();
+    let mut runs = Runs::new();
     let mut b0 = queries.start;
     while b0 < queries.end {
         let b1 = (b0 + BLOCK_POSITIONS).min(queries.end);
@@ -374,16 +461,13 @@ fn attend_group<D>(
             spans.extend(std::iter::repeat_n(span, group));
         }
         round_f16(isa, &mut qr);
-        attend_f16_rows(
-            isa,
-            &qr,
-            hd,
-            &spans,
-            &runs,
-            sp,
-            &mut scratch,
-            &mut out[(b0 - i0) * group * hd..(b1 - i0) * group * hd],
-        );
+        let o = &mut out[(b0 - i0) * group * hd..(b1 - i0) * group * hd];
+        match &runs {
+            Runs::F16(r) => attend_f16_rows(isa, &qr, hd, &spans, r, sp, &mut scratch, o),
+            Runs::Quant(kind, r) => {
+                attend_q_rows(isa, *kind, &qr, hd, &spans, r, sp, &mut scratch, o)
+            }
+        }
         b0 = b1;
     }
     out
@@ -447,6 +531,7 @@ mod tests {
             block_size: bs,
             kv_heads: kvh,
             head_dim: hd,
+            dtype: super::super::KvType::F16,
         };
         let tables: Vec<Vec<u32>> = vec![vec![3, 0, 7], vec![5, 1], vec![2, 9, 4, 6]];
         let lens = [(0usize, 9usize), (0, 5), (0, 14)];
@@ -555,6 +640,7 @@ mod tests {
             block_size: bs,
             kv_heads: kvh,
             head_dim: hd,
+            dtype: super::super::KvType::F16,
         };
         // blocks in reverse order, so parts cross non-adjacent blocks
         let table: Vec<u32> = (0..shape.blocks as u32).rev().collect();

@@ -280,6 +280,8 @@ pub struct KvShape {
     pub kv_heads: usize,
     /// per-head width
     pub head_dim: usize,
+    /// how K and V rows are stored
+    pub dtype: KvType,
 }
 
 impl KvShape {
@@ -288,11 +290,113 @@ impl KvShape {
         self.blocks * self.block_size * self.kv_heads * self.head_dim
     }
 
-    /// Bytes of K and V together, at `elem` bytes per value (2 on the CPU kernels, 4 in the
-    /// fallback).
+    /// Bytes of K and V together; `elem` is the backend's bytes per value of an f16 store (2 on
+    /// the CPU kernels, 4 in the fallback and on the GPU backends).
     pub fn bytes(&self, elem: usize) -> usize {
-        2 * elem * self.values()
+        2 * self.blocks
+            * self.block_size
+            * self.kv_heads
+            * self.dtype.row_bytes(self.head_dim, elem)
     }
+}
+
+/// How the K/V cache stores its rows (`--kv-type`, llama.cpp's `-ctk`/`-ctv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum KvType {
+    /// f16 values (the default, as llama.cpp's)
+    #[default]
+    F16,
+    /// Q8_0 blocks: 32 values as int8 with an f16 scale (0.53× of f16); CPU backends
+    Q8_0,
+    /// Q4_0 blocks: 32 values as 4-bit nibbles with an f16 scale (0.28× of f16); CPU backends
+    Q4_0,
+}
+
+impl KvType {
+    /// Every type, in the order `--kv-type` lists them.
+    pub const ALL: [KvType; 3] = [KvType::F16, KvType::Q8_0, KvType::Q4_0];
+
+    /// Its name (`f16`, `q8_0`, `q4_0`).
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
+            KvType::Q4_0 => "q4_0",
+        }
+    }
+
+    /// The block format of a quantized type.
+    pub fn quant(self) -> Option<cinder_kernels::attn_q::KvQuant> {
+        match self {
+            KvType::F16 => None,
+            KvType::Q8_0 => Some(cinder_kernels::attn_q::KvQuant::Q8_0),
+            KvType::Q4_0 => Some(cinder_kernels::attn_q::KvQuant::Q4_0),
+        }
+    }
+
+    /// Bytes of one row of `head_dim` values; `elem` is the bytes per value of an f16 row on the
+    /// backend at hand.
+    pub fn row_bytes(self, head_dim: usize, elem: usize) -> usize {
+        match self.quant() {
+            None => head_dim * elem,
+            Some(q) => q.row_bytes(head_dim),
+        }
+    }
+
+    /// Refuses a quantized type for rows that are not whole 32-value blocks.
+    pub fn check_head_dim(self, head_dim: usize) -> Result<(), BackendError> {
+        if self != KvType::F16 && !head_dim.is_multiple_of(32) {
+            return Err(BackendError::Layout(format!(
+                "a {} KV cache stores rows in blocks of 32 values; this model's heads are {head_dim} \
+                 wide (use --kv-type f16)",
+                self.name()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for KvType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = BackendError;
+
+    /// Parses `f16`, `q8_0` or `q4_0` (case-insensitive).
+    ///
+    /// # Examples
+    /// ```
+    /// use cinder_backends::attention::KvType;
+    /// assert_eq!("q8_0".parse::<KvType>().unwrap(), KvType::Q8_0);
+    /// assert!("q3".parse::<KvType>().unwrap_err().to_string().contains("f16, q8_0, q4_0"));
+    /// ```
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        KvType::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| {
+                BackendError::Layout(format!(
+                    "unknown KV cache type {s:?} (known: f16, q8_0, q4_0)"
+                ))
+            })
+    }
+}
+
+/// Refuses a quantized KV type on a backend whose store holds f16 values only.
+#[allow(dead_code)] // unused when only the CPU backends are compiled in
+pub(crate) fn f16_only(shape: &KvShape) -> Result<(), BackendError> {
+    if shape.dtype != KvType::F16 {
+        return Err(BackendError::Layout(format!(
+            "a {} KV cache runs on the CPU backends (flex, ndarray); this backend stores f16 \
+             (use --kv-type f16)",
+            shape.dtype
+        )));
+    }
+    Ok(())
 }
 
 pub(crate) fn check_alloc(shape: &KvShape) -> Result<(), BackendError> {

@@ -58,6 +58,8 @@ pub struct EngineConfig {
     pub prefix_caching: bool,
     /// Speculative decoding by prompt lookup (`None`: off).
     pub speculative: Option<SpeculativeConfig>,
+    /// How the KV cache stores its rows: f16, or Q8_0 / Q4_0 blocks on the CPU backends.
+    pub kv_type: crate::kv::KvType,
 }
 
 impl Default for EngineConfig {
@@ -70,6 +72,7 @@ impl Default for EngineConfig {
             default_timeout: Some(Duration::from_secs(600)),
             prefix_caching: true,
             speculative: None,
+            kv_type: crate::kv::KvType::F16,
         }
     }
 }
@@ -207,14 +210,22 @@ impl<'m, B: InferenceBackend, M: CausalLm<B> + ?Sized> EngineCore<'m, B, M> {
         let blocks = kv_blocks(model, &cfg)?;
         let (kvh, hd) = model.kv_dims();
         let layers = model.n_layers();
-        let mut cache =
-            PagedKvCache::<B>::new(layers, kvh, hd, blocks, cfg.block_size, &model.device())?;
+        let mut cache = PagedKvCache::<B>::with_type(
+            layers,
+            kvh,
+            hd,
+            blocks,
+            cfg.block_size,
+            cfg.kv_type,
+            &model.device(),
+        )?;
         model.prepare_cache(&mut cache)?;
         tracing::info!(
             blocks,
             block_size = cfg.block_size,
             tokens = blocks * cfg.block_size,
             mib = cache.bytes() >> 20,
+            kv_type = %cfg.kv_type,
             "KV cache allocated"
         );
         let draft = match (draft_model, cfg.speculative) {
@@ -725,7 +736,7 @@ fn kv_blocks<B: InferenceBackend, M: CausalLm<B> + ?Sized>(
         ));
     }
     // Every store the model writes counts (a split model's other device holds the same blocks).
-    let per_token = model.kv_bytes_per_token() as u64;
+    let per_token = model.kv_bytes_per_token_as(cfg.kv_type) as u64;
     let budget = cfg.kv_budget.unwrap_or_else(|| {
         default_kv_budget(
             per_token,

@@ -4,4 +4,5 @@ pub mod block;
 mod paged;
 
 pub use block::{BlockId, BlockManager, NoSpace, PrefixStats, SeqId};
+pub use cinder_backends::attention::KvType;
 pub use paged::{KvBudget, PagedKvCache, SeqPagedCache};

@@ -4,7 +4,7 @@
 
 use burn::tensor::Tensor;
 use cinder_backends::InferenceBackend;
-use cinder_backends::attention::{KvShape, PagedBatch, SeqSlice};
+use cinder_backends::attention::{KvShape, KvType, PagedBatch, SeqSlice};
 
 use crate::attention::{AttentionCache, AttentionParams, CacheLayout};
 use crate::error::{Result, RuntimeError};
@@ -56,11 +56,33 @@ impl<B: InferenceBackend> PagedKvCache<B> {
         block_size: usize,
         device: &B::Device,
     ) -> Result<Self> {
+        Self::with_type(
+            n_layers,
+            kv_heads,
+            head_dim,
+            blocks,
+            block_size,
+            KvType::F16,
+            device,
+        )
+    }
+
+    /// [`PagedKvCache::new`] storing its rows as `dtype` (a quantized type on the CPU backends).
+    pub fn with_type(
+        n_layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        blocks: usize,
+        block_size: usize,
+        dtype: KvType,
+        device: &B::Device,
+    ) -> Result<Self> {
         let shape = KvShape {
             blocks,
             block_size,
             kv_heads,
             head_dim,
+            dtype,
         };
         // The whole cache against the device's free memory first, so that a budget it cannot hold
         // is refused with the full size (each layer's allocation checks again as memory fills).
@@ -178,10 +200,24 @@ impl<B: InferenceBackend> SeqPagedCache<B> {
         capacity: usize,
         device: &B::Device,
     ) -> Result<Self> {
+        Self::with_type(n_layers, kv_heads, head_dim, capacity, KvType::F16, device)
+    }
+
+    /// [`SeqPagedCache::new`] storing its rows as `dtype`.
+    pub fn with_type(
+        n_layers: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        dtype: KvType,
+        device: &B::Device,
+    ) -> Result<Self> {
         const BS: usize = 16;
         let blocks = capacity.div_ceil(BS).max(1);
         Ok(Self {
-            inner: PagedKvCache::new(n_layers, kv_heads, head_dim, blocks, BS, device)?,
+            inner: PagedKvCache::with_type(
+                n_layers, kv_heads, head_dim, blocks, BS, dtype, device,
+            )?,
             past: 0,
         })
     }

@@ -51,6 +51,9 @@ pub struct GenFlags {
     /// The output must match this regular expression (Rust regex syntax), whole.
     #[arg(long, value_name = "R", group = "constraint")]
     pub regex: Option<String>,
+    /// K/V cache storage: f16, or q8_0 / q4_0 blocks (0.53× / 0.28× the memory; CPU backends).
+    #[arg(long, default_value = "f16", value_parser = crate::engine_flags::parse_kv_type)]
+    pub kv_type: cinder::runtime::kv::KvType,
     #[command(flatten)]
     pub spec: crate::engine_flags::SpecFlags,
 }
@@ -93,6 +96,7 @@ impl GenFlags {
             context: self.ctx,
             speculative: self.spec.config()?,
             constraint,
+            kv_type: self.kv_type,
         })
     }
 }
@@ -193,13 +197,14 @@ impl BackendTask for ChatTask {
         let opts = a.sampling.options(&m.tokenizer)?;
         // One engine core for the conversation, its KV pool the whole context: each turn finds
         // the earlier turns' KV in the prefix cache and prefills only what is new.
-        let mut session = Session::new(
+        let mut session = Session::with_kv_type(
             &m.model,
             draft,
             &m.tokenizer,
             opts.context,
             opts.speculative,
             true,
+            opts.kv_type,
         )?;
         let mut turn = |messages: &mut Vec<ChatMessage>, user: String| -> Result<()> {
             messages.push(ChatMessage::new("user", user));

@@ -251,7 +251,7 @@ impl BackendTask for Task {
             }
         }
         // The KV memory one sequence of the generation test holds at its end, in whole blocks.
-        let kv_per_token = model.kv_bytes_per_token();
+        let kv_per_token = model.kv_bytes_per_token_as(cfg.kv_type);
         let bs = cfg.block_size.max(1);
         let held_tokens = (depth + a.gen_tokens + 1).div_ceil(bs) * bs;
         let kv_mib_held = (kv_per_token * held_tokens) as f64 / (1 << 20) as f64;
@@ -274,7 +274,8 @@ impl BackendTask for Task {
                 // the longest prompt test and the generation test, as single figures
                 "pp_tokens": longest, "pp_tps": pp.last().map(|v| median(v.clone())).unwrap_or(0.0),
                 "tg_tokens": a.gen_tokens, "tg_tps": median(tg.clone()),
-                "depth": depth, "kv_bytes_per_token": kv_per_token, "kv_mib_held": kv_mib_held,
+                "depth": depth, "kv_type": cfg.kv_type.name(),
+                "kv_bytes_per_token": kv_per_token, "kv_mib_held": kv_mib_held,
                 "tests": list,
                 "threads": threads, "peak_rss_bytes": rss,
                 "concurrency": levels,

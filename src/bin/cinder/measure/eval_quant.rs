@@ -157,6 +157,7 @@ fn run_all<B: InferenceBackend>(
             max_chunks: a.chunks,
             bos,
             paged: false,
+            kv_type: Default::default(),
         };
         let name = path.file_name().map(|f| f.to_string_lossy().into_owned());
         let ev = evaluate(

@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use cinder::eval::kld::{BaseLogits, DEFAULT_TOP_K};
 use cinder::eval::{PerplexityOptions, evaluate};
 use cinder::prelude::*;
+use cinder::runtime::kv::KvType;
 use clap::Args;
 
 /// `cinder perplexity MODEL --file PATH`
@@ -40,6 +41,10 @@ pub struct PerplexityArgs {
     /// (`logprobs`) on the same text.
     #[arg(long)]
     pub paged: bool,
+    /// K/V cache storage of the paged cache: f16, q8_0 or q4_0 (a quantized type implies
+    /// --paged); with --kl-divergence against an f16 run, the quality a quantized cache costs.
+    #[arg(long, default_value = "f16", value_parser = crate::engine_flags::parse_kv_type)]
+    pub kv_type: KvType,
 }
 
 /// The text to score: a file, or a catalog data name such as `lee-corpus`.
@@ -78,6 +83,7 @@ impl BackendTask for Task {
             max_chunks: a.chunks,
             bos,
             paged: a.paged,
+            kv_type: a.kv_type,
         };
         let quiet = a.json;
         let save_k = a.save_logits.as_ref().map(|_| a.logits_top_k);
