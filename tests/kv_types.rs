@@ -1,7 +1,7 @@
 //! A quantized KV cache (`--kv-type q8_0 | q4_0`) against the f16 one on the real models: the
 //! teacher-forced next-token distributions along a text stay close to f16's (mean KL divergence per
 //! position, and the same top token nearly everywhere), greedy decoding picks f16's token at every
-//! step but its near-ties, and the cache is as small as its block format says.
+//! step but its close calls, and the cache is as small as its block format says.
 
 mod common;
 
@@ -15,9 +15,10 @@ const TOKENS: usize = 384;
 
 /// Bars per type: the mean KL divergence (f16 ‖ quantized) per position, and the share of
 /// positions whose top token is f16's. Measured on AMD EPYC (flex) over these 384 tokens: SmolLM2
-/// q8_0 0.0044 / 95.6%, q4_0 0.14 / 79.4%; Gemma-3 q8_0 0.0075 / 95.8%, q4_0 0.12 / 82.0%. A cache that
-/// mixed up rows, blocks or scales is far off (KL > 1).
-const BARS: [(KvType, f64, f64); 2] = [(KvType::Q8_0, 0.01, 0.9), (KvType::Q4_0, 0.3, 0.7)];
+/// q8_0 0.0039 / 97.4%, q4_0 0.041 / 88.5%; Gemma-3 q8_0 0.0084 / 94.8%, q4_0 0.090 / 84.6%
+/// (without the Hadamard rotation of K and V, q4_0 gives 0.14 and 0.12). A cache that mixed up
+/// rows, blocks or scales is far off (KL > 1).
+const BARS: [(KvType, f64, f64); 2] = [(KvType::Q8_0, 0.02, 0.9), (KvType::Q4_0, 0.2, 0.75)];
 
 /// All positions' logits of `ids` in one forward through a one-sequence paged cache of `dtype`.
 fn logits<B: InferenceBackend>(
@@ -104,14 +105,13 @@ fn quantized_kv_stays_close_to_f16() {
 struct Greedy;
 
 impl BackendTask for Greedy {
-    type Output = ();
-    fn run<B: InferenceBackend>(self, device: B::Device) {
+    /// The q8_0 run's tokens for each prompt.
+    type Output = Vec<Vec<u32>>;
+    fn run<B: InferenceBackend>(self, device: B::Device) -> Vec<Vec<u32>> {
+        let mut runs = Vec::new();
         let m =
             cinder::importer::load_model::<B>(&model_path("smollm2-135m"), &device).expect("model");
-        for prompt in [
-            "The capital of France is",
-            "Once upon a time, in a small village by the sea,",
-        ] {
+        for prompt in PROMPTS {
             let ids = m.tokenizer.encode(prompt, true).expect("encode");
             let opts = GenerateOptions {
                 max_tokens: 24,
@@ -129,15 +129,43 @@ impl BackendTask for Greedy {
             let rows = logits(&m, &all, KvType::F16);
             for (step, &tok) in out.tokens.iter().enumerate() {
                 let row = &rows[ids.len() - 1 + step];
-                if let Err(e) = near_tie_pick(row, tok as usize, NEAR_TIE) {
+                if let Err(e) = near_tie_pick(row, tok as usize, Q8_0_TIE) {
                     panic!("{prompt:?} step {step}: q8_0 {e}");
                 }
             }
+            runs.push(out.tokens);
         }
+        runs
     }
 }
 
+/// How close f16's top two tokens may be where the Q8_0 run picks the second: a Q8_0 cache moves
+/// a token's probability by up to 0.17 (`cinder perplexity --kv-type q8_0 --kl-divergence`,
+/// SmolLM2, 4,092 positions at ctx 2048; 99.9% of them within 0.10), so it may take f16's second
+/// choice where the two are that close, and no further.
+const Q8_0_TIE: (f32, f32) = (0.1, 0.5);
+
+const PROMPTS: [&str; 2] = [
+    "The capital of France is",
+    "Once upon a time, in a small village by the sea,",
+];
+
+/// Greedy decoding with a Q8_0 cache picks the f16 cache's token at every step but where f16's top
+/// two are within [`Q8_0_TIE`], and the front door's `kv_type` gives the generic path's tokens.
 #[test]
-fn q8_0_greedy_follows_f16_up_to_near_ties() {
-    dispatch(primary_backend(), Greedy).expect("backend");
+fn q8_0_greedy_keeps_f16s_clear_choices() {
+    let generic = dispatch(primary_backend(), Greedy).expect("backend");
+    let llm = cinder::Llm::builder("smollm2-135m")
+        .backend(primary_backend())
+        .kv_type(KvType::Q8_0)
+        .build()
+        .expect("front door");
+    for (prompt, want) in PROMPTS.iter().zip(&generic) {
+        let opts = cinder::GenerateOptions {
+            ignore_eos: true,
+            ..cinder::GenerateOptions::greedy(24)
+        };
+        let out = llm.generate(*prompt, &opts).expect("generate");
+        assert_eq!(&out.tokens, want, "{prompt:?}: front door vs generic path");
+    }
 }

@@ -61,6 +61,13 @@ impl KvQuant {
 
     /// Dequantizes the blocks of `src` into `out` and rounds them to f16, as attention reads them.
     pub fn attention_row(self, isa: Isa, src: &[u8], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx2 && isa.is_available() {
+            // SAFETY: AVX2 and F16C confirmed above; the loops stay inside whole blocks of `src`
+            // and their 32 values of `out`.
+            unsafe { avx2::attention_row(self, src, out) };
+            return;
+        }
         self.dequantize_row(src, out);
         round_f16(isa, out);
     }
@@ -88,6 +95,54 @@ impl KvQuant {
             }
         }
     }
+}
+
+/// Rotates each `block` values of `x` by the orthonormal Walsh-Hadamard matrix of that size
+/// (Sylvester's order, scaled by `1/√block`: its own inverse), in place, by the fast transform.
+/// `block` is a power of two dividing `x.len()`.
+///
+/// Rotating K and Q by the same matrix leaves `q·k` unchanged, and rotating V before it is stored
+/// and the attention output after it leaves `Σ p·v` unchanged, while the rotated rows spread an
+/// outlier channel over the whole block: the quantization step of a block of 32 rotated values is
+/// set by their typical size, not by one outlier's (llama.cpp rotates its quantized KV the same
+/// way).
+///
+/// # Examples
+/// ```
+/// let mut x = [1.0f32, 0.0, 0.0, 0.0];
+/// cinder_kernels::attn_q::hadamard(&mut x, 4);
+/// assert_eq!(x, [0.5; 4]);
+/// cinder_kernels::attn_q::hadamard(&mut x, 4);
+/// assert_eq!(x, [1.0, 0.0, 0.0, 0.0]);
+/// ```
+pub fn hadamard(x: &mut [f32], block: usize) {
+    debug_assert!(block.is_power_of_two() && x.len().is_multiple_of(block));
+    let norm = 1.0 / (block as f32).sqrt();
+    for b in x.chunks_exact_mut(block) {
+        let mut h = 1;
+        while h < block {
+            for i in (0..block).step_by(2 * h) {
+                for j in i..i + h {
+                    let (a, c) = (b[j], b[j + h]);
+                    b[j] = a + c;
+                    b[j + h] = a - c;
+                }
+            }
+            h *= 2;
+        }
+        b.iter_mut().for_each(|v| *v *= norm);
+    }
+}
+
+/// The Hadamard blocks a quantized store of `head_dim`-wide rows rotates by, as llama.cpp picks
+/// them: K (and Q) by the largest power of two dividing `head_dim`, V (and the output) by 64;
+/// `None` unless `head_dim` is a multiple of 64.
+pub fn rotation_blocks(head_dim: usize) -> Option<(usize, usize)> {
+    if head_dim == 0 || !head_dim.is_multiple_of(64) {
+        return None;
+    }
+    let k = 1 << head_dim.trailing_zeros();
+    Some((k, 64))
 }
 
 fn as_block<const N: usize>(b: &[u8]) -> &[u8; N] {
@@ -129,6 +184,18 @@ pub fn attend_q_lse(
     if hd == 0 || nq == 0 || n == 0 {
         return;
     }
+    // With AVX2, the rows are dequantized a tile at a time and run through the tiled loops of
+    // `attn_rows` (every query seeing all rows): the same sums as the portable loops below.
+    #[cfg(target_arch = "x86_64")]
+    if isa == Isa::Avx2 && hd.is_multiple_of(8) && isa.is_available() {
+        let spans = vec![0..n; nq];
+        let fill = tile_fill(isa, kind, runs, hd);
+        let mut scratch = RowsScratch::default();
+        std::mem::swap(scratch.scores_mut(), scores);
+        crate::attn_rows::tiled(q, hd, &spans, &fill, n, params, &mut scratch, out, lse);
+        std::mem::swap(scratch.scores_mut(), scores);
+        return;
+    }
     scores.clear();
     scores.resize(nq * n, 0.0);
     let mut row = vec![0.0f32; hd];
@@ -166,6 +233,39 @@ pub fn attend_q_lse(
     }
 }
 
+/// Fills a tile with rows `t0..t1` of `runs` (keys or values), dequantized and rounded to f16.
+#[cfg(target_arch = "x86_64")]
+fn tile_fill<'a>(
+    isa: Isa,
+    kind: KvQuant,
+    runs: &'a [QKvRun<'a>],
+    hd: usize,
+) -> impl Fn(bool, usize, usize, &mut Vec<f32>) + 'a {
+    let rb = kind.row_bytes(hd);
+    move |keys: bool, t0: usize, t1: usize, tile: &mut Vec<f32>| {
+        tile.clear();
+        tile.resize((t1 - t0) * hd, 0.0);
+        let mut j0 = 0;
+        for r in runs {
+            let src = if keys { r.k } else { r.v };
+            let rows = src.len() / rb;
+            let (a, b) = (t0.max(j0), t1.min(j0 + rows));
+            for p in a..b {
+                let at = (p - j0) * rb;
+                kind.attention_row(
+                    isa,
+                    &src[at..at + rb],
+                    &mut tile[(p - t0) * hd..(p - t0 + 1) * hd],
+                );
+            }
+            j0 += rows;
+            if j0 >= t1 {
+                break;
+            }
+        }
+    }
+}
+
 /// [`crate::attn_rows::attend_f16_rows`] over quantized rows: query rows `q` `[m, hd]`, row `i`
 /// seeing rows `spans[i]` of the runs; `out` `[m, hd]` overwritten. With AVX2 and spans that
 /// differ (a prefill chunk), the rows are dequantized a tile at a time and shared by every query
@@ -196,29 +296,8 @@ pub fn attend_q_rows(
         && isa.is_available()
         && spans.iter().any(|s| *s != spans[0])
     {
-        let fill = |keys: bool, t0: usize, t1: usize, tile: &mut Vec<f32>| {
-            tile.clear();
-            tile.resize((t1 - t0) * hd, 0.0);
-            let mut j0 = 0;
-            for r in runs {
-                let src = if keys { r.k } else { r.v };
-                let rows = src.len() / rb;
-                let (a, b) = (t0.max(j0), t1.min(j0 + rows));
-                for p in a..b {
-                    let at = (p - j0) * rb;
-                    kind.attention_row(
-                        isa,
-                        &src[at..at + rb],
-                        &mut tile[(p - t0) * hd..(p - t0 + 1) * hd],
-                    );
-                }
-                j0 += rows;
-                if j0 >= t1 {
-                    break;
-                }
-            }
-        };
-        crate::attn_rows::tiled(q, hd, spans, &fill, n, params, scratch, out);
+        let fill = tile_fill(isa, kind, runs, hd);
+        crate::attn_rows::tiled(q, hd, spans, &fill, n, params, scratch, out, &mut []);
         return;
     }
     let mut i = 0;
@@ -251,5 +330,63 @@ pub fn attend_q_rows(
             &mut [],
         );
         i = e;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::KvQuant;
+    use cinder_gguf::dequant::{BLOCK_Q4_0_BYTES, BLOCK_Q8_0_BYTES, QK};
+    use std::arch::x86_64::*;
+
+    /// 8 int8 values at `p` times `d`, rounded to f16 and widened back, stored at `o`: the
+    /// portable `d · q` (exact in f32) then its f16 rounding.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn put8(q: __m128i, d: __m256, o: *mut f32) {
+        // SAFETY: the caller points `o` at 8 writable values.
+        unsafe {
+            let v = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v);
+            _mm256_storeu_ps(o, _mm256_cvtph_ps(h));
+        }
+    }
+
+    /// [`KvQuant::attention_row`] with AVX2 and F16C.
+    #[target_feature(enable = "avx2,f16c")]
+    pub(super) unsafe fn attention_row(kind: KvQuant, src: &[u8], out: &mut [f32]) {
+        let bb = kind.block_bytes();
+        for (b, o) in src.chunks_exact(bb).zip(out.chunks_exact_mut(QK)) {
+            let d = half::f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32();
+            let dv = _mm256_set1_ps(d);
+            // SAFETY: `b` is one whole block and `o` 32 values: the loads read bytes 2.. of the
+            // block (32 for Q8_0, 16 for Q4_0) and the stores write o[0..32].
+            unsafe {
+                let op = o.as_mut_ptr();
+                match kind {
+                    KvQuant::Q8_0 => {
+                        debug_assert_eq!(b.len(), BLOCK_Q8_0_BYTES);
+                        let q = b.as_ptr().add(2);
+                        for i in 0..4 {
+                            let v = _mm_loadl_epi64(q.add(8 * i) as *const __m128i);
+                            put8(v, dv, op.add(8 * i));
+                        }
+                    }
+                    KvQuant::Q4_0 => {
+                        debug_assert_eq!(b.len(), BLOCK_Q4_0_BYTES);
+                        // byte j holds value j (low nibble) and value j + 16 (high), offset 8
+                        let raw = _mm_loadu_si128(b.as_ptr().add(2) as *const __m128i);
+                        let m = _mm_set1_epi8(0x0F);
+                        let eight = _mm_set1_epi8(8);
+                        let lo = _mm_sub_epi8(_mm_and_si128(raw, m), eight);
+                        let hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m), eight);
+                        put8(lo, dv, op);
+                        put8(_mm_srli_si128(lo, 8), dv, op.add(8));
+                        put8(hi, dv, op.add(16));
+                        put8(_mm_srli_si128(hi, 8), dv, op.add(24));
+                    }
+                }
+            }
+        }
     }
 }

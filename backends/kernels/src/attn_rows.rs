@@ -74,7 +74,7 @@ pub fn attend_f16_rows(
         let fill = |keys: bool, t0: usize, t1: usize, tile: &mut Vec<f32>| {
             widen(runs, keys, hd, t0, t1, tile)
         };
-        tiled(q, hd, spans, &fill, n, params, scratch, out);
+        tiled(q, hd, spans, &fill, n, params, scratch, out, &mut []);
         return;
     }
     per_span(isa, q, hd, spans, runs, n, params, scratch, out);
@@ -224,7 +224,7 @@ fn each_tile(
 
 /// The AVX2 path: scores tile by tile, softmax per row, then `p · v` tile by tile (`fill` widens
 /// the shared rows, whatever their storage; the caller has confirmed AVX2, FMA and F16C and that
-/// `hd` is a multiple of 8).
+/// `hd` is a multiple of 8). Row `i`'s log-sum-exp goes to `lse[i]` when `lse` holds it.
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn tiled(
@@ -236,6 +236,7 @@ pub(crate) fn tiled(
     params: ScoreParams,
     scratch: &mut RowsScratch,
     out: &mut [f32],
+    lse: &mut [f32],
 ) {
     let m = spans.len();
     let RowsScratch { scores, tile } = scratch;
@@ -253,9 +254,12 @@ pub(crate) fn tiled(
         unsafe { avx2::qk(&q[g0 * hd..g1 * hd], hd, k, n, j0, &mut scores[g0 * n..]) };
     });
     // 2. softmax over each row's span; the rest of its row becomes exact zeros
-    for (row, span) in scores.chunks_exact_mut(n).zip(spans) {
+    for (i, (row, span)) in scores.chunks_exact_mut(n).zip(spans).enumerate() {
         if !span.is_empty() {
-            softmax_f16(Isa::Avx2, &mut row[span.clone()], params);
+            let l = softmax_f16(Isa::Avx2, &mut row[span.clone()], params);
+            if let Some(x) = lse.get_mut(i) {
+                *x = l as f32;
+            }
         }
         row[..span.start].fill(0.0);
         row[span.end..].fill(0.0);

@@ -198,3 +198,33 @@ fn a_chunk_equals_each_span_alone() {
         }
     }
 }
+
+/// The rotation a quantized store applies: its own inverse, dot products kept, and the blocks
+/// llama.cpp picks (K by the largest power of two dividing the head width, V by 64).
+#[test]
+fn hadamard_rotation_is_orthonormal() {
+    use cinder_kernels::attn_q::{hadamard, rotation_blocks};
+    let mut rng = StdRng::seed_from_u64(9);
+    for block in [64usize, 128, 256] {
+        let (a, b) = (values(2 * block, &mut rng), values(2 * block, &mut rng));
+        let (mut ra, mut rb) = (a.clone(), b.clone());
+        hadamard(&mut ra, block);
+        hadamard(&mut rb, block);
+        let dot = |x: &[f32], y: &[f32]| -> f64 {
+            x.iter()
+                .zip(y)
+                .map(|(p, q)| f64::from(*p) * f64::from(*q))
+                .sum()
+        };
+        assert!((dot(&a, &b) - dot(&ra, &rb)).abs() < 1e-3, "block {block}");
+        hadamard(&mut ra, block);
+        assert!(
+            a.iter().zip(&ra).all(|(x, y)| (x - y).abs() < 1e-5),
+            "block {block}: not its own inverse"
+        );
+    }
+    assert_eq!(rotation_blocks(64), Some((64, 64)));
+    assert_eq!(rotation_blocks(256), Some((256, 64)));
+    assert_eq!(rotation_blocks(192), Some((64, 64)));
+    assert_eq!(rotation_blocks(96), None);
+}

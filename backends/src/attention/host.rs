@@ -12,7 +12,7 @@ use super::{AttentionParams, KvOps, KvShape, PagedBatch, SeqSlice, check_alloc};
 use crate::BackendError;
 use crate::host::host_values;
 use cinder_kernels::attn::{KvRun, ScoreParams, attend_f16_lse, round_f16};
-use cinder_kernels::attn_q::{KvQuant, QKvRun, attend_q_lse, attend_q_rows};
+use cinder_kernels::attn_q::{KvQuant, QKvRun, attend_q_lse, attend_q_rows, hadamard};
 use cinder_kernels::attn_rows::{RowsScratch, attend_f16_rows};
 
 /// One layer's paged K/V in host memory, in f16 as llama.cpp keeps its KV cache (half the memory of
@@ -22,6 +22,8 @@ use cinder_kernels::attn_rows::{RowsScratch, attend_f16_rows};
 pub struct HostKv<D> {
     shape: KvShape,
     store: Store,
+    /// Hadamard blocks `(K and Q, V and the output)` a quantized store rotates by
+    rotation: Option<(usize, usize)>,
     device: D,
 }
 
@@ -87,9 +89,14 @@ pub(crate) fn host_kv_alloc<D: Clone>(
             }
         }
     };
+    let rotation = shape
+        .dtype
+        .quant()
+        .and_then(|_| cinder_kernels::attn_q::rotation_blocks(shape.head_dim));
     Ok(HostKv {
         shape,
         store,
+        rotation,
         device: device.clone(),
     })
 }
@@ -145,7 +152,13 @@ pub(crate) fn host_paged_attention<B: Backend>(
     // middle axes lazily, so swapping them back reads the projections' own buffers in order (a
     // plain copy, where a head-major read would gather them element by element).
     let time_major = |x: Tensor<B, 4>| host_values(x.swap_dims(1, 2));
-    let (qs, ks, vs) = (time_major(q), time_major(k), time_major(v));
+    let (mut qs, ks, vs) = (time_major(q), time_major(k), time_major(v));
+    // A quantized store keeps K and V rotated (`attn_q::hadamard`): Q turns with K, so the scores
+    // are unchanged, and the output turns back below.
+    if let Some((kb, _)) = kv.rotation {
+        qs.chunks_exact_mut(hd).for_each(|r| hadamard(r, kb));
+    }
+    let mut row = vec![0.0f32; hd];
     // 1. Store the new K/V rows: new row r of head g is at [r][g][..] in ks/vs.
     for s in &batch.seqs {
         for i in 0..s.q_len {
@@ -165,8 +178,16 @@ pub(crate) fn host_paged_attention<B: Backend>(
                     }
                     Store::Quant { kind, k, v } => {
                         let rb = kind.row_bytes(hd);
-                        kind.quantize_row(&ks[src..src + hd], &mut k[r * rb..(r + 1) * rb]);
-                        kind.quantize_row(&vs[src..src + hd], &mut v[r * rb..(r + 1) * rb]);
+                        for (x, store, block) in [
+                            (&ks[src..src + hd], &mut *k, kv.rotation.map(|r| r.0)),
+                            (&vs[src..src + hd], &mut *v, kv.rotation.map(|r| r.1)),
+                        ] {
+                            row.copy_from_slice(x);
+                            if let Some(b) = block {
+                                hadamard(&mut row, b);
+                            }
+                            kind.quantize_row(&row, &mut store[r * rb..(r + 1) * rb]);
+                        }
                     }
                 }
             }
@@ -277,6 +298,9 @@ pub(crate) fn host_paged_attention<B: Backend>(
     }
     // Returned head-major as the op promises, as a lazy view of the time-major buffer (merging the
     // heads swaps back, so the model's next projection reads it in order).
+    if let Some((_, vb)) = kv.rotation {
+        out.chunks_exact_mut(hd).for_each(|r| hadamard(r, vb));
+    }
     Tensor::<B, 4>::from_data(TensorData::new(out, [1, t, h, hd]), &kv.device).swap_dims(1, 2)
 }
 
