@@ -165,7 +165,7 @@ fn q8_0_greedy_keeps_f16s_clear_choices() {
             ignore_eos: true,
             ..cinder::GenerateOptions::greedy(24)
         };
-        let out = llm.generate(*prompt, &opts).expect("generate");
+        let out = llm.generate(prompt, &opts).expect("generate");
         assert_eq!(&out.tokens, want, "{prompt:?}: front door vs generic path");
     }
 }
