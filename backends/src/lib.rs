@@ -42,6 +42,9 @@ pub enum BackendError {
     /// The name is not a backend Cinder knows.
     #[error("unknown backend {0:?} (known: flex, ndarray, candle, wgpu, cuda, auto)")]
     Unknown(String),
+    /// The name is not a KV cache type Cinder stores.
+    #[error("unknown KV cache type {0:?} (known: f16, q8_0, q4_0)")]
+    UnknownKvType(String),
     /// The backend exists but this binary was built without its Cargo feature.
     #[error(
         "backend {name} is not compiled in; rebuild with `--features {name}` (compiled in: {compiled})"

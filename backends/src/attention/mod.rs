@@ -378,11 +378,7 @@ impl std::str::FromStr for KvType {
         KvType::ALL
             .into_iter()
             .find(|t| t.name().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| {
-                BackendError::Layout(format!(
-                    "unknown KV cache type {s:?} (known: f16, q8_0, q4_0)"
-                ))
-            })
+            .ok_or_else(|| BackendError::UnknownKvType(s.to_string()))
     }
 }
 
