@@ -267,9 +267,9 @@ fn tile_fill<'a>(
 }
 
 /// [`crate::attn_rows::attend_f16_rows`] over quantized rows: query rows `q` `[m, hd]`, row `i`
-/// seeing rows `spans[i]` of the runs; `out` `[m, hd]` overwritten. With AVX2 and spans that
-/// differ (a prefill chunk), the rows are dequantized a tile at a time and shared by every query
-/// row of the call; otherwise each span is one [`attend_q_lse`].
+/// seeing rows `spans[i]` of the runs; `out` `[m, hd]` overwritten. With AVX2 the rows are
+/// dequantized a tile at a time and shared by every query row of the call (a decode step's equal
+/// spans included); otherwise each span is one [`attend_q_lse`].
 #[allow(clippy::too_many_arguments)]
 pub fn attend_q_rows(
     isa: Isa,
@@ -291,11 +291,7 @@ pub fn attend_q_rows(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if isa == Isa::Avx2
-        && hd.is_multiple_of(8)
-        && isa.is_available()
-        && spans.iter().any(|s| *s != spans[0])
-    {
+    if isa == Isa::Avx2 && hd.is_multiple_of(8) && isa.is_available() {
         let fill = tile_fill(isa, kind, runs, hd);
         crate::attn_rows::tiled(q, hd, spans, &fill, n, params, scratch, out, &mut []);
         return;

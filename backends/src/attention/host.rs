@@ -344,7 +344,8 @@ fn combine_parts(parts: &[(Vec<f32>, Vec<f32>)], hd: usize, out: &mut [f32]) {
 }
 
 /// The K/V rows of positions `range` of sequence `s`, KV head `g`, as runs of adjacent slots
-/// inside its blocks (`bs` positions each), into `out` (reused: its vectors are cleared).
+/// inside its blocks (`bs` positions each), into `out` (made by [`Runs::of`] for this store;
+/// reused: its vector is cleared).
 fn kv_runs<'a, D>(
     kv: &'a HostKv<D>,
     bs: usize,
@@ -354,11 +355,6 @@ fn kv_runs<'a, D>(
     out: &mut Runs<'a>,
 ) {
     let hd = kv.shape.head_dim;
-    match (&kv.store, &mut *out) {
-        (Store::F16 { .. }, Runs::F16(_)) | (Store::Quant { .. }, Runs::Quant(..)) => {}
-        (Store::F16 { .. }, o) => *o = Runs::F16(Vec::new()),
-        (Store::Quant { kind, .. }, o) => *o = Runs::Quant(*kind, Vec::new()),
-    }
     match out {
         Runs::F16(v) => v.clear(),
         Runs::Quant(_, v) => v.clear(),
@@ -390,8 +386,12 @@ fn kv_runs<'a, D>(
 }
 
 impl Runs<'_> {
-    fn new() -> Self {
-        Runs::F16(Vec::new())
+    /// Empty runs in the format of `store`.
+    fn of(store: &Store) -> Self {
+        match store {
+            Store::F16 { .. } => Runs::F16(Vec::new()),
+            Store::Quant { kind, .. } => Runs::Quant(*kind, Vec::new()),
+        }
     }
 }
 
@@ -415,7 +415,7 @@ fn attend_part<D>(
     let lo = params.first_visible(s.past);
     let n = s.past + 1 - lo;
     let (a, b) = (lo + n * part.0 / part.1, lo + n * (part.0 + 1) / part.1);
-    let mut runs = Runs::new();
+    let mut runs = Runs::of(&kv.store);
     kv_runs(kv, bs, s, g, a..b, &mut runs);
     let row = s.q_start;
     let mut q = qs[(row * h + g * group) * hd..(row * h + (g + 1) * group) * hd].to_vec();
@@ -466,7 +466,7 @@ fn attend_group<D>(
     let mut qr = Vec::new();
     let mut spans = Vec::new();
     let mut scratch = RowsScratch::default();
-    let mut runs = Runs::new();
+    let mut runs = Runs::of(&kv.store);
     let mut b0 = queries.start;
     while b0 < queries.end {
         let b1 = (b0 + BLOCK_POSITIONS).min(queries.end);

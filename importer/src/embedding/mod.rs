@@ -130,15 +130,8 @@ pub(crate) fn read_bert(weights: &Path, dir: &Path) -> Result<BertParts> {
                 "config.json is missing beside model.safetensors",
             ));
         }
+        // (a Gemma 3 folder never comes here: `EmbedderSource` tells it apart first)
         let text = read_text(&cfg_path)?;
-        let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| file_err(&cfg_path, e.to_string()))?;
-        if gemma::is_gemma3(&json) {
-            return Err(file_err(
-                dir,
-                "a Gemma 3 embedding model, not a BERT encoder: load it with load_text_embedder",
-            ));
-        }
         if let Some(m) = gemma::modules(dir)?
             .iter()
             .find(|m| !matches!(m.kind.as_str(), "Transformer" | "Pooling" | "Normalize"))
